@@ -1,0 +1,1 @@
+//! Runnable examples of share-group workers; each lives in `src/bin/`.

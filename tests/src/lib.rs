@@ -1,0 +1,1 @@
+//! Support for the integration tests: broker address, unique names, producing records.

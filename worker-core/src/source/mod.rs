@@ -1,0 +1,214 @@
+//! The port between the runtime and a share-group client.
+//!
+//! A [`ShareSource`] hands out [`Delivery`]s (records acquired under a time-limited lock) and takes
+//! acknowledgements and renewals for them at any time, in any order, while further fetches go on.
+//! That is the difference from every existing share consumer, which settles a whole poll before the
+//! next one. Two implementations ship: the native Kafka client ([`crate::kafka`]) and
+//! [`MemoryBroker`](crate::testing::MemoryBroker) for tests.
+
+mod receipt;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use crate::Result;
+
+pub use receipt::{AckReceipt, AckSender};
+
+/// A share-group client as the runtime sees it.
+///
+/// Every method takes `&self`: a source is driven from several places at once (the fetch loop,
+/// finishing handlers, the renewal scheduler), so implementations use interior synchronisation and a
+/// background driver where they need one.
+///
+/// # Contract
+///
+/// - [`fetch`](Self::fetch) acquires **at most** `max_records` records (record_limit acquisition),
+///   waiting a short time when none are available, and returns them; an empty vector is a normal
+///   answer. Acknowledgements and renewals queued before the call ride along with it. At most one
+///   fetch is in progress at a time.
+/// - [`acknowledge`](Self::acknowledge) and [`renew`](Self::renew) queue their request at once, before
+///   they return, and never wait for a fetch: the source sends them with the next request to that
+///   record's broker, or on their own when no fetch is due. The returned [`AckReceipt`] resolves when
+///   the broker has answered for that record.
+/// - A record is acknowledged once. After `Accept`, `Release` or `Reject` it is no longer held.
+/// - [`close`](Self::close) sends what is queued, releases whatever is still acquired and leaves the
+///   group. Calls after `close` fail with [`AckError::Closed`] or [`ErrorKind::Closed`](crate::ErrorKind::Closed).
+pub trait ShareSource: Send + Sync + 'static {
+    /// Acquires up to `max_records` records. `max_records` is never 0.
+    fn fetch(&self, max_records: u32) -> impl Future<Output = Result<Vec<Delivery>>> + Send;
+
+    /// Queues the final acknowledgement of one delivery.
+    fn acknowledge(&self, id: &DeliveryId, kind: AckKind) -> AckReceipt;
+
+    /// Queues a renewal of the acquisition lock of one delivery (RENEW). On success the lock runs
+    /// for its full duration again from when the broker received the request.
+    fn renew(&self, id: &DeliveryId) -> AckReceipt;
+
+    /// Flushes queued acknowledgements, releases every record still acquired, closes the share
+    /// sessions and leaves the group.
+    fn close(&self) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// Which record a delivery is, and which acquisition of it.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct DeliveryId {
+    /// The topic the record was read from.
+    pub topic: Arc<str>,
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
+    /// Which acquisition this is: the broker and share session that hold the lock.
+    pub lease: Lease,
+}
+
+impl fmt::Debug for DeliveryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}@{}", self.topic, self.partition, self.offset)
+    }
+}
+
+impl fmt::Display for DeliveryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// The broker and session that acquired a delivery: acknowledgements must go back to them.
+///
+/// Opaque outside the crate; sources set it, the runtime passes it back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The broker node id that acquired the record.
+    pub(crate) node: i32,
+    /// Increments each time that broker's share session is re-opened: acks for an older session
+    /// cannot succeed.
+    pub(crate) session: u32,
+}
+
+impl Lease {
+    /// A lease for a source implemented outside this crate: `node` names the holder, `session` the
+    /// generation of its session.
+    pub fn new(node: i32, session: u32) -> Self {
+        Self { node, session }
+    }
+
+    /// The broker node id that acquired the record.
+    pub fn node(&self) -> i32 {
+        self.node
+    }
+
+    /// The generation of the share session that acquired the record.
+    pub fn session(&self) -> u32 {
+        self.session
+    }
+}
+
+/// A record header: a key and an optional value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// The header key (Kafka header keys are UTF-8 strings).
+    pub key: Arc<str>,
+    /// The header value, `None` for a null value.
+    pub value: Option<Bytes>,
+}
+
+/// One record acquired by this worker under a time-limited lock.
+///
+/// The payload is a slice of the fetch response: no copy between the socket and the handler.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    /// Which record and acquisition this is; pass it back to acknowledge or renew.
+    pub id: DeliveryId,
+    /// The record key.
+    pub key: Option<Bytes>,
+    /// The record value (the job payload).
+    pub value: Option<Bytes>,
+    /// The record headers, in order.
+    pub headers: Vec<Header>,
+    /// The record timestamp, milliseconds since the Unix epoch.
+    pub timestamp: i64,
+    /// How many times the broker has delivered this record, this time included (starts at 1).
+    pub delivery_count: u16,
+    /// How long the acquisition lock runs, counted from `acquired_at`.
+    pub lock_duration: Duration,
+    /// When the fetch that acquired the record returned (a conservative start for the lock).
+    pub acquired_at: Instant,
+}
+
+impl Delivery {
+    /// When the acquisition lock ends unless it is renewed.
+    pub fn lock_deadline(&self) -> Instant {
+        self.acquired_at + self.lock_duration
+    }
+}
+
+/// How a delivery is settled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AckKind {
+    /// Processed: the broker marks the record acknowledged.
+    Accept,
+    /// Give it back: the broker makes the record available again and its delivery count rises.
+    Release,
+    /// Never deliver again: the broker archives the record.
+    Reject,
+}
+
+impl AckKind {
+    /// The lower-case name used in logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AckKind::Accept => "accept",
+            AckKind::Release => "release",
+            AckKind::Reject => "reject",
+        }
+    }
+}
+
+/// Why an acknowledgement or renewal did not take effect.
+///
+/// The broker will deliver such a record again (possibly to another worker): a possible duplicate,
+/// never a loss.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AckError {
+    /// The share session that acquired the record is gone (disconnect, epoch error).
+    #[error("the share session that acquired the record was lost")]
+    SessionLost,
+    /// The record is no longer acquired by this member (lock expired or renewals switched off).
+    #[error("the record's acquisition lock was lost")]
+    LockLost,
+    /// The partition's leader moved; the old leader no longer holds the lock.
+    #[error("the partition's leader moved")]
+    LeaderMoved,
+    /// The source is closed.
+    #[error("the source is closed")]
+    Closed,
+    /// Any other broker error for the partition.
+    #[error("broker error {code}: {message}")]
+    Broker {
+        /// The Kafka error code.
+        code: i16,
+        /// The broker's message, or the code's name.
+        message: String,
+    },
+}
+
+impl AckError {
+    /// A short stable name for metrics labels.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            AckError::SessionLost => "session_lost",
+            AckError::LockLost => "lock_lost",
+            AckError::LeaderMoved => "leader_moved",
+            AckError::Closed => "closed",
+            AckError::Broker { .. } => "broker",
+        }
+    }
+}

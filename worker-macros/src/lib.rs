@@ -1,0 +1,1 @@
+//! Procedural macros for `worker-core`. The `#[handler]` attribute arrives with the handler API.
