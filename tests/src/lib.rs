@@ -1,1 +1,90 @@
-//! Support for the integration tests: broker address, unique names, producing records.
+//! Support for the integration tests: the broker's address, unique names, topics and records.
+//!
+//! Every test talks to the real broker that `scripts/test.sh` starts. Nothing here skips a test when
+//! the broker is missing: the first call that needs it fails with a message that says so.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+/// The broker's bootstrap address: `KAFKA_BOOTSTRAP`, or the one `scripts/kafka.sh` uses.
+pub fn bootstrap() -> String {
+    std::env::var("KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
+}
+
+/// A name no other test (or earlier run) uses: `prefix` plus a random suffix.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// An rdkafka client configuration pointed at the test broker.
+pub fn client_config() -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap());
+    config
+}
+
+/// Creates `topic` with `partitions` partitions (replication factor 1) and waits until it exists.
+pub async fn create_topic(topic: &str, partitions: i32) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> =
+        client_config().create().context("creating an rdkafka admin client")?;
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let results = admin
+        .create_topics(&[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))], &options)
+        .await
+        .with_context(|| format!("creating topic {topic}: is the broker at {} running?", bootstrap()))?;
+    for result in results {
+        if let Err((name, code)) = result {
+            bail!("creating topic {name} failed: {code}");
+        }
+    }
+    Ok(())
+}
+
+/// An idempotent producer with `acks=all` and the given extra settings.
+pub fn producer(extra: &[(&str, &str)]) -> anyhow::Result<FutureProducer> {
+    let mut config = client_config();
+    config
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("message.timeout.ms", "30000");
+    for (key, value) in extra {
+        config.set(*key, *value);
+    }
+    config.create().context("creating an rdkafka producer")
+}
+
+/// Produces `values` to `topic` (partition chosen by the producer unless `partition` is given) and
+/// waits until the broker confirmed every one.
+pub async fn produce<V: AsRef<[u8]>>(
+    producer: &FutureProducer,
+    topic: &str,
+    partition: Option<i32>,
+    values: impl IntoIterator<Item = V>,
+) -> anyhow::Result<usize> {
+    let mut pending = Vec::new();
+    for (index, value) in values.into_iter().enumerate() {
+        let key = index.to_string();
+        let mut record = FutureRecord::to(topic).key(&key).payload(value.as_ref());
+        if let Some(partition) = partition {
+            record = record.partition(partition);
+        }
+        pending.push(
+            producer
+                .send_result(record)
+                .map_err(|(err, _)| anyhow::anyhow!("enqueueing a record for {topic}: {err}"))?,
+        );
+    }
+    let count = pending.len();
+    for delivery in pending {
+        delivery
+            .await
+            .context("the producer dropped a record")?
+            .map_err(|(err, _)| anyhow::anyhow!("producing to {topic}: {err}"))?;
+    }
+    Ok(count)
+}
