@@ -30,13 +30,22 @@ pub fn client_config() -> ClientConfig {
 
 /// Creates `topic` with `partitions` partitions (replication factor 1) and waits until it exists.
 pub async fn create_topic(topic: &str, partitions: i32) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> =
-        client_config().create().context("creating an rdkafka admin client")?;
+    let admin: AdminClient<DefaultClientContext> = client_config()
+        .create()
+        .context("creating an rdkafka admin client")?;
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let results = admin
-        .create_topics(&[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))], &options)
+        .create_topics(
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &options,
+        )
         .await
-        .with_context(|| format!("creating topic {topic}: is the broker at {} running?", bootstrap()))?;
+        .with_context(|| {
+            format!(
+                "creating topic {topic}: is the broker at {} running?",
+                bootstrap()
+            )
+        })?;
     for result in results {
         if let Err((name, code)) = result {
             bail!("creating topic {name} failed: {code}");
