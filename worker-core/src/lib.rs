@@ -4,6 +4,7 @@
 //! has free slots, acknowledges each record the moment its handler finishes, renews the locks of slow
 //! handlers automatically and never lets the broker silently archive a record.
 
+pub mod dlq;
 mod error;
 pub mod source;
 
