@@ -6,5 +6,6 @@
 
 mod error;
 pub mod source;
+pub mod testing;
 
 pub use error::{Error, ErrorKind, Result};

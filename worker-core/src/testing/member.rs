@@ -1,0 +1,131 @@
+//! One member of a [`MemoryBroker`]'s share group: the [`ShareSource`] the runtime drives.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::pin;
+
+use tokio::time::{Instant, sleep_until};
+
+use crate::source::{AckKind, AckReceipt, Delivery, DeliveryId, ShareSource};
+use crate::{Error, ErrorKind, Result};
+
+use super::MemoryBroker;
+
+/// A member of a [`MemoryBroker`]'s share group, made by [`MemoryBroker::member`].
+///
+/// It implements [`ShareSource`]: fetches acquire records for this member; acknowledgements and
+/// renewals take effect at once and their receipts are ready immediately.
+/// [`close`](ShareSource::close) makes every record the member holds available again at once.
+pub struct MemoryMember {
+    broker: MemoryBroker,
+    index: usize,
+}
+
+impl MemoryMember {
+    pub(super) fn new(broker: MemoryBroker, index: usize) -> Self {
+        Self { broker, index }
+    }
+
+    /// The name given to [`MemoryBroker::member`].
+    pub fn name(&self) -> std::sync::Arc<str> {
+        self.broker.shared.state().member_name(self.index)
+    }
+
+    /// How many records this member holds (acquired, not yet acknowledged, lock not ended).
+    pub fn held(&self) -> usize {
+        let mut state = self.broker.shared.state();
+        state.expire(Instant::now());
+        state.held_by(self.index)
+    }
+
+    /// Fault injection: the member's share session is lost and re-opened, as after a disconnect.
+    /// Every record it holds becomes available again and acknowledgements or renewals of earlier
+    /// deliveries fail with [`AckError::SessionLost`](crate::source::AckError::SessionLost).
+    pub fn reset_session(&self) {
+        let freed = self.broker.shared.state().release_member(self.index, false);
+        if freed {
+            self.broker.shared.available.notify_waiters();
+        }
+    }
+
+    /// The broker this member belongs to.
+    pub fn broker(&self) -> &MemoryBroker {
+        &self.broker
+    }
+}
+
+impl fmt::Debug for MemoryMember {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryMember")
+            .field("index", &self.index)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ShareSource for MemoryMember {
+    fn fetch(&self, max_records: u32) -> impl Future<Output = Result<Vec<Delivery>>> + Send {
+        async move {
+            let shared = &self.broker.shared;
+            let deadline = Instant::now() + shared.state().config.fetch_wait;
+            loop {
+                let mut notified = pin!(shared.available.notified());
+                notified.as_mut().enable();
+                let wake_at = {
+                    let now = Instant::now();
+                    let mut state = shared.state();
+                    if state.is_closed(self.index) {
+                        return Err(Error::new(ErrorKind::Closed, "the member is closed"));
+                    }
+                    state.expire(now);
+                    let batch = state.acquire(self.index, max_records, now);
+                    if !batch.is_empty() || now >= deadline {
+                        state.log_fetch(self.index, max_records, batch.len(), now);
+                        return Ok(batch);
+                    }
+                    state.next_expiry().map_or(deadline, |at| at.min(deadline))
+                };
+                tokio::select! {
+                    _ = notified => {}
+                    _ = sleep_until(wake_at) => {}
+                }
+            }
+        }
+    }
+
+    fn acknowledge(&self, id: &DeliveryId, kind: AckKind) -> AckReceipt {
+        let result = {
+            let mut state = self.broker.shared.state();
+            state.expire(Instant::now());
+            state.acknowledge(self.index, id, kind)
+        };
+        match result {
+            Ok(freed) => {
+                if freed {
+                    self.broker.shared.available.notify_waiters();
+                }
+                AckReceipt::ready(Ok(()))
+            }
+            Err(err) => AckReceipt::ready(Err(err)),
+        }
+    }
+
+    fn renew(&self, id: &DeliveryId) -> AckReceipt {
+        let now = Instant::now();
+        let result = {
+            let mut state = self.broker.shared.state();
+            state.expire(now);
+            state.renew(self.index, id, now)
+        };
+        AckReceipt::ready(result)
+    }
+
+    fn close(&self) -> impl Future<Output = Result<()>> + Send {
+        async move {
+            let freed = self.broker.shared.state().release_member(self.index, true);
+            if freed {
+                self.broker.shared.available.notify_waiters();
+            }
+            Ok(())
+        }
+    }
+}
