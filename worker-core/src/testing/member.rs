@@ -1,7 +1,6 @@
 //! One member of a [`MemoryBroker`]'s share group: the [`ShareSource`] the runtime drives.
 
 use std::fmt;
-use std::future::Future;
 use std::pin::pin;
 
 use tokio::time::{Instant, sleep_until};
@@ -63,8 +62,8 @@ impl fmt::Debug for MemoryMember {
 }
 
 impl ShareSource for MemoryMember {
-    fn fetch(&self, max_records: u32) -> impl Future<Output = Result<Vec<Delivery>>> + Send {
-        async move {
+    async fn fetch(&self, max_records: u32) -> Result<Vec<Delivery>> {
+        {
             let shared = &self.broker.shared;
             let deadline = Instant::now() + shared.state().config.fetch_wait;
             loop {
@@ -119,8 +118,8 @@ impl ShareSource for MemoryMember {
         AckReceipt::ready(result)
     }
 
-    fn close(&self) -> impl Future<Output = Result<()>> + Send {
-        async move {
+    async fn close(&self) -> Result<()> {
+        {
             let freed = self.broker.shared.state().release_member(self.index, true);
             if freed {
                 self.broker.shared.available.notify_waiters();
