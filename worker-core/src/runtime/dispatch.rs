@@ -312,11 +312,6 @@ where
                 Outcome::retry("the job timed out")
             }
         };
-        match &outcome {
-            Outcome::Accept => self.summary.accepted += 1,
-            Outcome::Retry { .. } => self.summary.retried += 1,
-            Outcome::Reject { .. } => self.summary.rejected += 1,
-        }
         job.span.record("outcome", outcome.as_str());
         job.span.record(
             "duration_ms",
@@ -332,6 +327,11 @@ where
             job.phase = Phase::Done;
             self.forget(key);
             return;
+        }
+        match &outcome {
+            Outcome::Accept => self.summary.accepted += 1,
+            Outcome::Retry { .. } => self.summary.retried += 1,
+            Outcome::Reject { .. } => self.summary.rejected += 1,
         }
         self.acknowledge(key, outcome.ack_kind());
     }

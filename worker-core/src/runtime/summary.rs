@@ -8,11 +8,11 @@ use crate::source::AckError;
 pub struct Summary {
     /// Records fetched.
     pub fetched: u64,
-    /// Jobs whose outcome was `Accept`.
+    /// Jobs whose outcome was `Accept`, handed to the source as ACCEPT.
     pub accepted: u64,
-    /// Jobs whose outcome was `Retry` (panics and timeouts included).
+    /// Jobs whose outcome was `Retry` (panics and timeouts included), handed to the source.
     pub retried: u64,
-    /// Jobs whose outcome was `Reject`.
+    /// Jobs whose outcome was `Reject`, handed to the source as REJECT.
     pub rejected: u64,
     /// Handlers that panicked (each counted as a retry).
     pub panicked: u64,
@@ -28,7 +28,7 @@ pub struct Summary {
     pub renewal_failures: u64,
     /// Acknowledgements that did not take effect.
     pub ack_failures: AckFailures,
-    /// Outcomes not acknowledged because the record's lock was lost first.
+    /// Outcomes not acknowledged (and not counted above) because the record's lock was lost first.
     pub late_acks_dropped: u64,
     /// Records that were (or may have been) processed and will be delivered again: late
     /// acknowledgements dropped, plus ACCEPTs that failed.
