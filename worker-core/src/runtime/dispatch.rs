@@ -125,12 +125,12 @@ where
                 self.begin_shutdown(now);
                 progress = true;
             }
-            if let Some(fetch) = self.fetch.as_mut() {
-                if let Poll::Ready(result) = fetch.as_mut().poll(cx) {
-                    self.fetch = None;
-                    self.on_fetched(result, now);
-                    progress = true;
-                }
+            if let Some(fetch) = self.fetch.as_mut()
+                && let Poll::Ready(result) = fetch.as_mut().poll(cx)
+            {
+                self.fetch = None;
+                self.on_fetched(result, now);
+                progress = true;
             }
             while let Poll::Ready((route, key, delivery)) = self.routes.poll_next_ready(cx) {
                 self.dispatch(route, key, delivery);
@@ -256,10 +256,13 @@ where
         if let Some(at) = next_renewal {
             self.renewals.schedule(key, at);
         }
-        if let Err(delivery) = self.routes.enqueue(key, delivery) {
-            tracing::warn!(record = %delivery.id, "no route for this topic: releasing the record");
-            self.summary.unrouted += 1;
-            self.acknowledge(key, AckKind::Release);
+        match self.routes.route_for(&delivery.id.topic) {
+            Some(route) => self.routes.enqueue(route, key, delivery),
+            None => {
+                tracing::warn!(record = %delivery.id, "no route for this topic: releasing the record");
+                self.summary.unrouted += 1;
+                self.acknowledge(key, AckKind::Release);
+            }
         }
     }
 
@@ -416,10 +419,10 @@ where
     }
 
     fn unschedule(&mut self, key: SlotKey) {
-        if let Some(job) = self.slots.get_mut(key) {
-            if let Some(at) = job.next_renewal.take() {
-                self.renewals.cancel(key, at);
-            }
+        if let Some(job) = self.slots.get_mut(key)
+            && let Some(at) = job.next_renewal.take()
+        {
+            self.renewals.cancel(key, at);
         }
     }
 

@@ -67,16 +67,15 @@ impl<Svc> Routes<Svc> {
         self.routes.iter().map(|r| &*r.topic)
     }
 
-    /// Queues a fetched record for its topic's service; gives it back when no route matches.
-    pub(crate) fn enqueue(&mut self, key: SlotKey, delivery: Delivery) -> Result<(), Delivery> {
-        match self.by_topic.get(&delivery.id.topic) {
-            Some(&i) => {
-                self.routes[i].queue.push_back((key, delivery));
-                self.queued += 1;
-                Ok(())
-            }
-            None => Err(delivery),
-        }
+    /// The route for `topic`, if it has one.
+    pub(crate) fn route_for(&self, topic: &str) -> Option<usize> {
+        self.by_topic.get(topic).copied()
+    }
+
+    /// Queues a fetched record for route `route`'s service.
+    pub(crate) fn enqueue(&mut self, route: usize, key: SlotKey, delivery: Delivery) {
+        self.routes[route].queue.push_back((key, delivery));
+        self.queued += 1;
     }
 
     /// Records waiting for a service.

@@ -125,7 +125,7 @@ async fn a_panicking_handler_is_retried_and_the_worker_lives_on() {
             "t",
             handler(|job| async move {
                 tokio::time::sleep(Duration::from_millis(5)).await;
-                if job.attempt() == 1 && seq(&job) % 2 == 0 {
+                if job.attempt() == 1 && seq(&job).is_multiple_of(2) {
                     panic!("first attempt of an even record");
                 }
                 Outcome::Accept

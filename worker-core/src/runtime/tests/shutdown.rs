@@ -36,7 +36,7 @@ async fn shutdown_accepts_finished_work_and_releases_the_rest() {
                     });
                     // Even records are quick; odd ones finish during the grace period or never.
                     let ms = match seq(&job) {
-                        n if n % 2 == 0 => 100,
+                        n if n.is_multiple_of(2) => 100,
                         1 => 1_500,
                         _ => 600_000,
                     };
