@@ -250,7 +250,7 @@ where
         };
         if self.stopping.is_some() {
             self.summary.released_on_shutdown += 1;
-            self.acknowledge(key, AckKind::Release);
+            self.release_for(key, "released_on_shutdown");
             return;
         }
         if let Some(at) = next_renewal {
@@ -261,7 +261,7 @@ where
             None => {
                 tracing::warn!(record = %delivery.id, "no route for this topic: releasing the record");
                 self.summary.unrouted += 1;
-                self.acknowledge(key, AckKind::Release);
+                self.release_for(key, "unrouted");
             }
         }
     }
@@ -452,9 +452,17 @@ where
                 self.forget(key);
             } else {
                 self.summary.released_on_shutdown += 1;
-                self.acknowledge(key, AckKind::Release);
+                self.release_for(key, "released_on_shutdown");
             }
         }
+    }
+
+    /// Releases a record that has no outcome of its own; `why` becomes its span's outcome.
+    fn release_for(&mut self, key: SlotKey, why: &'static str) {
+        if let Some(job) = self.slots.get(key) {
+            job.span.record("outcome", why);
+        }
+        self.acknowledge(key, AckKind::Release);
     }
 
     /// At the end of the grace period: cancels the handlers still running and releases their records.
@@ -486,7 +494,7 @@ where
                 self.forget(key);
             } else {
                 self.summary.released_on_shutdown += 1;
-                self.acknowledge(key, AckKind::Release);
+                self.release_for(key, "released_on_shutdown");
             }
         }
         true

@@ -63,6 +63,14 @@ impl MemoryBrokerBuilder {
         self
     }
 
+    /// How long the broker takes to answer an acknowledgement or renewal: the effect is immediate,
+    /// the [`AckReceipt`](crate::source::AckReceipt) resolves this much later (as when it rides on
+    /// the next request). Default zero: receipts are ready at once. Needs a tokio runtime when set.
+    pub fn ack_latency(mut self, latency: Duration) -> Self {
+        self.config.ack_latency = latency;
+        self
+    }
+
     /// The broker.
     pub fn build(self) -> MemoryBroker {
         MemoryBroker {
@@ -81,6 +89,7 @@ impl Default for MemoryBrokerBuilder {
                 lock_duration: Duration::from_secs(30),
                 delivery_limit: 5,
                 fetch_wait: Duration::from_millis(500),
+                ack_latency: Duration::ZERO,
             },
         }
     }

@@ -5,7 +5,9 @@ use std::pin::pin;
 
 use tokio::time::{Instant, sleep_until};
 
-use crate::source::{AckKind, AckReceipt, Delivery, DeliveryId, ShareSource};
+use std::time::Duration;
+
+use crate::source::{AckError, AckKind, AckReceipt, Delivery, DeliveryId, ShareSource};
 use crate::{Error, ErrorKind, Result};
 
 use super::MemoryBroker;
@@ -15,6 +17,9 @@ use super::MemoryBroker;
 /// It implements [`ShareSource`]: fetches acquire records for this member; acknowledgements and
 /// renewals take effect at once and their receipts are ready immediately.
 /// [`close`](ShareSource::close) makes every record the member holds available again at once.
+///
+/// Clones are handles to the same member (useful to inject faults into a member a worker owns).
+#[derive(Clone)]
 pub struct MemoryMember {
     broker: MemoryBroker,
     index: usize,
@@ -61,6 +66,19 @@ impl fmt::Debug for MemoryMember {
     }
 }
 
+/// A receipt that resolves to `result` after `latency`.
+fn receipt(result: Result<(), AckError>, latency: Duration) -> AckReceipt {
+    if latency.is_zero() {
+        return AckReceipt::ready(result);
+    }
+    let (tx, rx) = AckReceipt::channel();
+    tokio::spawn(async move {
+        tokio::time::sleep(latency).await;
+        tx.send(result);
+    });
+    rx
+}
+
 impl ShareSource for MemoryMember {
     async fn fetch(&self, max_records: u32) -> Result<Vec<Delivery>> {
         {
@@ -92,30 +110,30 @@ impl ShareSource for MemoryMember {
     }
 
     fn acknowledge(&self, id: &DeliveryId, kind: AckKind) -> AckReceipt {
-        let result = {
+        let (result, latency) = {
             let mut state = self.broker.shared.state();
             state.expire(Instant::now());
-            state.acknowledge(self.index, id, kind)
+            (
+                state.acknowledge(self.index, id, kind),
+                state.config.ack_latency,
+            )
         };
-        match result {
-            Ok(freed) => {
-                if freed {
-                    self.broker.shared.available.notify_waiters();
-                }
-                AckReceipt::ready(Ok(()))
+        let result = result.map(|freed| {
+            if freed {
+                self.broker.shared.available.notify_waiters();
             }
-            Err(err) => AckReceipt::ready(Err(err)),
-        }
+        });
+        receipt(result, latency)
     }
 
     fn renew(&self, id: &DeliveryId) -> AckReceipt {
         let now = Instant::now();
-        let result = {
+        let (result, latency) = {
             let mut state = self.broker.shared.state();
             state.expire(now);
-            state.renew(self.index, id, now)
+            (state.renew(self.index, id, now), state.config.ack_latency)
         };
-        AckReceipt::ready(result)
+        receipt(result, latency)
     }
 
     async fn close(&self) -> Result<()> {

@@ -18,6 +18,7 @@ pub(crate) struct Config {
     pub(crate) lock_duration: Duration,
     pub(crate) delivery_limit: u16,
     pub(crate) fetch_wait: Duration,
+    pub(crate) ack_latency: Duration,
 }
 
 /// Where a record lives: indexes into the state's tables.

@@ -227,3 +227,21 @@ async fn records_keep_key_headers_and_partition() {
     assert_eq!(d.headers[0].key.as_ref(), "h");
     assert_eq!((d.id.partition, d.timestamp), (2, 7));
 }
+
+#[tokio::test(start_paused = true)]
+async fn receipts_can_resolve_late() {
+    let broker = MemoryBroker::builder()
+        .ack_latency(Duration::from_millis(40))
+        .build();
+    broker.produce("t", "x");
+    let member = broker.member("a");
+    let batch = member.fetch(1).await.unwrap();
+    let start = Instant::now();
+    let receipt = member.acknowledge(&batch[0].id, AckKind::Accept);
+    assert_eq!(
+        broker.record_state("t", 0, 0),
+        Some(RecordState::Acknowledged)
+    );
+    receipt.await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_millis(40));
+}

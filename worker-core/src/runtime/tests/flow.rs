@@ -260,3 +260,116 @@ async fn routes_by_topic() {
     run.await.unwrap().unwrap();
     assert_eq!(hits.load(Ordering::SeqCst), 11);
 }
+
+/// A record holds its slot until its acknowledgement is answered, not just until its handler ends.
+#[tokio::test(start_paused = true)]
+async fn a_slot_is_held_until_the_ack_is_answered() {
+    let broker = MemoryBroker::builder()
+        .ack_latency(Duration::from_millis(100))
+        .build();
+    broker.produce("t", "0");
+    broker.produce("t", "1");
+    let worker = Worker::builder(broker.member("a"))
+        .route("t", handler(|_| async { Outcome::Accept }))
+        .concurrency(1)
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let b = broker.clone();
+    wait_until(Duration::from_secs(5), "accepted", move || {
+        b.counts().acknowledged == 2
+    })
+    .await;
+    shutdown.shutdown();
+    run.await.unwrap().unwrap();
+    let fetches = broker.fetches();
+    assert_eq!(fetches[0].requested, 1);
+    assert_eq!(fetches[1].at - fetches[0].at, Duration::from_millis(100));
+}
+
+/// `poll_ready` is the backpressure: a route limited to 2 concurrent calls never runs more, and
+/// its waiting records keep their slots (and locks) until it is ready.
+#[tokio::test(start_paused = true)]
+async fn a_route_that_is_not_ready_holds_its_records_back() {
+    let broker = MemoryBroker::builder()
+        .lock_duration(Duration::from_millis(200))
+        .build();
+    for i in 0..12 {
+        broker.produce("t", i.to_string());
+    }
+    let running = Arc::new(AtomicUsize::new(0));
+    let max = Arc::new(AtomicUsize::new(0));
+    let (r, m) = (running.clone(), max.clone());
+    let service = tower::ServiceBuilder::new()
+        .concurrency_limit(2)
+        .service(handler(move |_| {
+            let (r, m) = (r.clone(), m.clone());
+            async move {
+                let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                m.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                r.fetch_sub(1, Ordering::SeqCst);
+                Outcome::Accept
+            }
+        }));
+    let worker = Worker::builder(broker.member("a"))
+        .route("t", service)
+        .concurrency(8)
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let b = broker.clone();
+    wait_until(Duration::from_secs(5), "accepted", move || {
+        b.counts().acknowledged == 12
+    })
+    .await;
+    shutdown.shutdown();
+    let summary = run.await.unwrap().unwrap();
+    assert_eq!(max.load(Ordering::SeqCst), 2);
+    assert!(summary.renewals > 0, "queued records are renewed");
+    let stats = broker.stats();
+    assert_eq!((stats.lock_expiries, stats.releases), (0, 0));
+    assert!((0..12).all(|o| broker.delivery_count("t", 0, o) == Some(1)));
+}
+
+/// A failed ACCEPT is counted by kind and as a possible duplicate.
+#[tokio::test(start_paused = true)]
+async fn failed_acknowledgements_are_counted() {
+    let broker = broker();
+    broker.produce("t", "0");
+    let member = broker.member("w");
+    let same = member.clone();
+    let worker = Worker::builder(member)
+        .route(
+            "t",
+            handler(move |job| {
+                let same = same.clone();
+                async move {
+                    if job.attempt() == 1 {
+                        // The member's share session is lost while the handler runs.
+                        same.reset_session();
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    Outcome::Accept
+                }
+            }),
+        )
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let b = broker.clone();
+    wait_until(Duration::from_secs(5), "accepted", move || {
+        b.counts().acknowledged == 1
+    })
+    .await;
+    shutdown.shutdown();
+    let summary = run.await.unwrap().unwrap();
+    assert_eq!(summary.ack_failures.session_lost, 1);
+    assert_eq!(summary.ack_failures.total(), 1);
+    assert_eq!(summary.possible_duplicates, 1);
+    assert_eq!(summary.accepted, 2);
+    assert_eq!(broker.delivery_count("t", 0, 0), Some(2));
+}

@@ -225,3 +225,50 @@ async fn only_slow_records_are_renewed() {
     assert_eq!(at, [500, 1000, 1500, 2000, 2500]);
     assert_eq!(summary.renewals, 5);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_fetch_is_retried_after_a_pause() {
+    let mut mock = MockSource::new();
+    let mut seq = mockall::Sequence::new();
+    mock.expect_fetch()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| {
+            Box::pin(async { Err(crate::Error::new(crate::ErrorKind::Io, "connection reset")) })
+        });
+    let start = Instant::now();
+    mock.expect_fetch()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(move |_| {
+            assert!(start.elapsed() >= Duration::from_millis(100), "backed off");
+            Box::pin(async { Ok(vec![delivery(0, Duration::from_secs(30))]) })
+        });
+    mock.expect_fetch()
+        .returning(|_| Box::pin(std::future::pending()));
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let a = acked.clone();
+    mock.expect_acknowledge().returning(move |id, kind| {
+        a.lock().unwrap().push((id.offset, kind));
+        AckReceipt::ready(Ok(()))
+    });
+    mock.expect_close()
+        .times(1)
+        .returning(|| Box::pin(async { Ok(()) }));
+    let worker = Worker::builder(mock)
+        .route("t", handler(|_| async { Outcome::Accept }))
+        .shutdown_grace(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let a = acked.clone();
+    wait_until(Duration::from_secs(5), "acknowledged", move || {
+        a.lock().unwrap().len() == 1
+    })
+    .await;
+    shutdown.shutdown();
+    let summary = run.await.unwrap().unwrap();
+    assert_eq!(summary.fetch_errors, 1);
+    assert_eq!(*acked.lock().unwrap(), [(0, AckKind::Accept)]);
+}
