@@ -6,4 +6,5 @@ mod load;
 mod mock;
 mod renewal;
 mod shutdown;
+mod spans;
 mod support;
