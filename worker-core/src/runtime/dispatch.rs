@@ -327,7 +327,6 @@ where
             self.summary.late_acks_dropped += 1;
             self.summary.possible_duplicates += 1;
             tracing::warn!(parent: &job.span, "the lock was lost before the handler finished: outcome dropped, the record may be processed again");
-            job.phase = Phase::Done;
             self.forget(key);
             return;
         }

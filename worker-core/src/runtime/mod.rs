@@ -18,6 +18,10 @@
 //!   [`Worker::run_until_signal`]) the worker stops fetching, waits up to `shutdown_grace` for
 //!   running handlers, acknowledges what finished, cancels and releases the rest, then closes the
 //!   source. [`Worker::run`] returns a [`Summary`].
+//! - **Execution.** Handler futures are driven by the worker's own task, not a task per record:
+//!   the only allocation per record beyond the source's is the route's boxed service future. Do
+//!   not block the thread in a handler: move CPU-heavy work to `spawn_blocking` (or `tokio::spawn`
+//!   inside the handler), since a blocked worker task also delays its lock renewals.
 //! - **Tracing.** Every record gets a `record` span with `topic`, `partition`, `offset`,
 //!   `delivery_count`, and once it ends `outcome` and `duration_ms`; the handler runs inside it.
 //!

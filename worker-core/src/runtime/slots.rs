@@ -26,8 +26,6 @@ pub(crate) enum Phase {
     Running,
     /// Its acknowledgement is on the way.
     Acking(AckKind),
-    /// Its lock was lost and its handler finished: nothing left to wait for.
-    Done,
 }
 
 /// One record in flight.
