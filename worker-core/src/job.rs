@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::source::{Delivery, DeliveryId};
+use crate::source::{Delivery, DeliveryId, Header};
 
 /// One record to process: the request every handler [`Service`](tower::Service) receives.
 ///
@@ -45,6 +45,16 @@ impl Job {
         self.delivery.value.as_ref()
     }
 
+    /// The record key, `None` for a null key.
+    pub fn key(&self) -> Option<&Bytes> {
+        self.delivery.key.as_ref()
+    }
+
+    /// The record headers, in order.
+    pub fn headers(&self) -> &[Header] {
+        &self.delivery.headers
+    }
+
     /// Which attempt this is: the broker's delivery count, 1 on the first delivery. Shared by every
     /// worker in the group and kept across restarts.
     pub fn attempt(&self) -> u16 {
@@ -69,5 +79,48 @@ impl Job {
     /// The delivery and the token, for handlers that take the job apart.
     pub fn into_parts(self) -> (Delivery, CancellationToken) {
         (self.delivery, self.cancel)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::source::Lease;
+
+    #[tokio::test]
+    async fn a_job_exposes_its_record_and_cancellation() {
+        let delivery = Delivery {
+            id: DeliveryId {
+                topic: "sms".into(),
+                partition: 2,
+                offset: 7,
+                lease: Lease::new(1, 0),
+            },
+            key: Some(Bytes::from_static(b"k")),
+            value: Some(Bytes::from_static(b"v")),
+            headers: vec![Header {
+                key: Arc::from("h"),
+                value: None,
+            }],
+            timestamp: 0,
+            delivery_count: 3,
+            lock_duration: Duration::from_secs(30),
+            acquired_at: tokio::time::Instant::now(),
+        };
+        let token = CancellationToken::new();
+        let job = Job::new(delivery, token.clone());
+        assert_eq!((job.topic(), job.id().offset, job.attempt()), ("sms", 7, 3));
+        assert_eq!(job.payload().map(|b| &b[..]), Some(&b"v"[..]));
+        assert_eq!(job.key().map(|b| &b[..]), Some(&b"k"[..]));
+        assert_eq!(job.headers().len(), 1);
+        assert!(!job.is_cancelled());
+        token.cancel();
+        job.cancelled().await;
+        assert!(job.is_cancelled());
+        let (delivery, _) = job.into_parts();
+        assert_eq!(delivery.id.partition, 2);
     }
 }

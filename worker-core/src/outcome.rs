@@ -96,3 +96,30 @@ impl fmt::Display for Outcome {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_map_to_acknowledgements() {
+        assert_eq!(Outcome::Accept.ack_kind(), AckKind::Accept);
+        assert_eq!(Outcome::retry("x").ack_kind(), AckKind::Release);
+        assert_eq!(
+            Outcome::retry_after(Duration::from_secs(1), "x").ack_kind(),
+            AckKind::Release
+        );
+        assert_eq!(Outcome::reject("x").ack_kind(), AckKind::Reject);
+    }
+
+    #[test]
+    fn outcomes_say_why() {
+        assert_eq!(Outcome::Accept.to_string(), "accept");
+        assert_eq!(Outcome::reject("bad json").to_string(), "reject: bad json");
+        assert_eq!(Outcome::retry("timeout").reason(), Some("timeout"));
+        assert!(matches!(
+            Outcome::retry_after(Duration::from_secs(3), "429"),
+            Outcome::Retry { after: Some(d), .. } if d == Duration::from_secs(3)
+        ));
+    }
+}

@@ -110,6 +110,9 @@ impl<S: ShareSource> Worker<S> {
     ///
     /// Fails with [`ErrorKind::Closed`](crate::ErrorKind::Closed) if the source closed under the
     /// worker, or with the source's error if closing it failed; the summary is logged either way.
+    ///
+    /// Stop it with the handle rather than by dropping this future: dropping it abandons the
+    /// records in flight without releasing them (their locks run out at the broker).
     pub async fn run(self) -> Result<Summary> {
         let Worker {
             source,
