@@ -118,3 +118,58 @@ async fn a_lost_lock_cancels_the_job_and_drops_its_late_outcome() {
     assert_eq!((stats.accepts, stats.lock_expiries), (1, 1));
     assert_eq!(broker.delivery_count("jobs", 0, 0), Some(2));
 }
+
+/// Many slow records at once (lock 2 s, handlers 3× the lock, concurrency 256): every lock is
+/// kept, every delivery count stays 1, and renewals due together go out together.
+#[tokio::test(start_paused = true)]
+async fn many_slow_records_all_keep_their_locks() {
+    let broker = MemoryBroker::builder()
+        .lock_duration(Duration::from_secs(2))
+        .build();
+    broker.create_topic("jobs", 3);
+    for i in 0..600 {
+        broker.produce("jobs", i.to_string());
+    }
+    let source = Checked::new(broker.member("w"), 256);
+    let renewals = source.renewals.clone();
+    let worker = Worker::builder(source)
+        .route(
+            "jobs",
+            handler(|_| async {
+                tokio::time::sleep(Duration::from_secs(6)).await;
+                Outcome::Accept
+            }),
+        )
+        .concurrency(256)
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let b = broker.clone();
+    wait_until(Duration::from_secs(60), "accepted", move || {
+        b.counts().acknowledged == 600
+    })
+    .await;
+    shutdown.shutdown();
+    let summary = run.await.unwrap().unwrap();
+
+    assert!((0..3).all(|p| (0..200).all(|o| broker.delivery_count("jobs", p, o) == Some(1))));
+    let stats = broker.stats();
+    assert_eq!((stats.lock_expiries, stats.renew_failures), (0, 0));
+    // Each record is renewed at 1 s, 2 s, ... 5 s of its 6 s, and perhaps at 6 s when the
+    // renewal and the handler's end fall on the same instant.
+    assert!(
+        (600 * 5..=600 * 6).contains(&summary.renewals),
+        "{} renewals",
+        summary.renewals
+    );
+    // Records fetched together are renewed together: few distinct instants.
+    let mut instants = renewals.lock().unwrap().clone();
+    instants.dedup();
+    // Three waves of fetches (256, 256, 88 records), each renewed at up to six instants.
+    assert!(
+        instants.len() <= 3 * 6,
+        "{} renewal instants",
+        instants.len()
+    );
+}

@@ -178,3 +178,76 @@ async fn zero_grace_releases_everything_running() {
     assert_eq!(summary.released_on_shutdown, 5);
     assert_eq!(broker.counts().available, 5);
 }
+
+/// Two workers in one group: the first shuts down with 200 records in flight; it returns within
+/// grace + 1 s, accepts what finished, and the second worker picks the rest up at once.
+#[tokio::test(start_paused = true)]
+async fn a_second_worker_picks_up_what_the_first_released() {
+    let broker = MemoryBroker::new();
+    for i in 0..400 {
+        broker.produce("jobs", i.to_string());
+    }
+    let first = Worker::builder(broker.member("first"))
+        .route(
+            "jobs",
+            handler(|job| async move {
+                // One in four finishes within the grace period; the rest would take minutes.
+                let ms = if seq(&job).is_multiple_of(4) {
+                    500
+                } else {
+                    300_000
+                };
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Outcome::Accept
+            }),
+        )
+        .concurrency(200)
+        .shutdown_grace(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let stop_first = first.shutdown_handle();
+    let first = tokio::spawn(first.run());
+    let b = broker.clone();
+    wait_until(Duration::from_secs(5), "200 in flight", move || {
+        b.counts().acquired == 200
+    })
+    .await;
+
+    let start = Instant::now();
+    stop_first.shutdown();
+    let summary = first.await.unwrap().unwrap();
+    assert!(
+        start.elapsed() <= Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(summary.accepted, 50);
+    assert_eq!(summary.released_on_shutdown, 150);
+    assert_eq!(broker.counts().acquired, 0);
+
+    let second = Worker::builder(broker.member("second"))
+        .route("jobs", handler(|_| async { Outcome::Accept }))
+        .concurrency(200)
+        .build()
+        .unwrap();
+    let stop_second = second.shutdown_handle();
+    let start = Instant::now();
+    let second = tokio::spawn(second.run());
+    let b = broker.clone();
+    wait_until(Duration::from_secs(5), "all accepted", move || {
+        b.counts().acknowledged == 400
+    })
+    .await;
+    assert!(
+        start.elapsed() <= Duration::from_millis(5),
+        "{:?}",
+        start.elapsed()
+    );
+    stop_second.shutdown();
+    let summary = second.await.unwrap().unwrap();
+    assert_eq!(summary.accepted, 350);
+    let redelivered = (0..400)
+        .filter(|&o| broker.delivery_count("jobs", 0, o) == Some(2))
+        .count();
+    assert_eq!(redelivered, 150);
+}
