@@ -10,6 +10,19 @@
 //! Each [`MemoryBroker::member`] is one consumer of the share group and implements
 //! [`ShareSource`](crate::source::ShareSource): hand it to a [`Worker`](crate::runtime::Worker).
 //!
+//! - **Producing:** [`MemoryBroker::create_topic`], [`MemoryBroker::produce`] and
+//!   [`MemoryBroker::produce_record`] (key, headers, partition, timestamp).
+//! - **Looking inside:** [`MemoryBroker::record_state`], [`MemoryBroker::delivery_count`],
+//!   [`MemoryBroker::counts`] (records per state), [`MemoryBroker::stats`] (acknowledgements,
+//!   renewals, lock expiries), [`MemoryBroker::fetches`] (every fetch's size), and
+//!   [`MemoryMember::held`].
+//! - **Faults:** [`MemoryBroker::fail_renewals`] (locks get lost), [`MemoryMember::reset_session`]
+//!   (a disconnect), [`MemoryBrokerBuilder::ack_latency`] (slow acknowledgements),
+//!   [`ShareSource::close`](crate::source::ShareSource::close) on a member (it leaves the group).
+//!
+//! Every member fetches from every topic; records are acquired lowest offset first, each fetch
+//! starting at the next partition in turn.
+//!
 //! ```
 //! use std::time::Duration;
 //! use worker_core::source::{AckKind, ShareSource};
