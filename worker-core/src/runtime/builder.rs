@@ -1,0 +1,133 @@
+//! [`WorkerBuilder`]: source, routes and settings in; a validated [`Worker`] out.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tower::Service;
+use tower::util::BoxService;
+
+use crate::source::ShareSource;
+use crate::{Error, ErrorKind, Job, Outcome, Result};
+
+use super::Worker;
+use super::config::Config;
+use super::routes::Routes;
+use super::shutdown::ShutdownHandle;
+
+/// The service type a route runs, boxed so that users name at most `Worker<S>`.
+pub(crate) type RouteService = BoxService<Job, Outcome, Infallible>;
+
+/// Builds a [`Worker`]: made by [`Worker::builder`].
+pub struct WorkerBuilder<S> {
+    source: S,
+    routes: Routes<RouteService>,
+    config: Config,
+    error: Option<Error>,
+}
+
+impl<S: ShareSource> WorkerBuilder<S> {
+    pub(crate) fn new(source: S) -> Self {
+        Self {
+            source,
+            routes: Routes::default(),
+            config: Config::default(),
+            error: None,
+        }
+    }
+
+    /// Runs `service` for every record of `topic`.
+    ///
+    /// A service is any tower [`Service`] from [`Job`] to [`Outcome`] that cannot fail: every
+    /// record gets an outcome by construction. Add tower layers (rate limits, per-route concurrency,
+    /// your own) around it; the worker calls `poll_ready` before each `call`, so a service that is
+    /// not ready holds back its records (they keep their slots and their locks are renewed).
+    ///
+    /// Records of topics without a route are released (and a warning logged): the broker delivers
+    /// them again until their delivery limit archives them, so give every subscribed topic a route.
+    pub fn route<T>(mut self, topic: impl Into<Arc<str>>, service: T) -> Self
+    where
+        T: Service<Job, Response = Outcome, Error = Infallible> + Send + 'static,
+        T::Future: Send + 'static,
+    {
+        let topic = topic.into();
+        if !self.routes.insert(topic.clone(), BoxService::new(service)) {
+            self.fail(format!(
+                "`route`: topic `{topic}` has two routes; expected one"
+            ));
+        }
+        self
+    }
+
+    /// How many handlers run at most, which is also how many records the worker holds at most
+    /// (each record holds a slot from fetch until its acknowledgement is answered). Default 64.
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.config.concurrency = concurrency;
+        self
+    }
+
+    /// The most records one fetch asks for; a fetch asks for min(free slots, this). Default 500.
+    pub fn max_poll_records(mut self, max: u32) -> Self {
+        self.config.max_poll_records = max;
+        self
+    }
+
+    /// When a running record's lock is renewed, as a fraction of the lock duration; it is renewed
+    /// again each time that much more has passed, until the job ends or times out. Between 0 and 1
+    /// (exclusive); default 0.5.
+    pub fn renew_at(mut self, fraction: f64) -> Self {
+        self.config.renew_at = fraction;
+        self
+    }
+
+    /// How long one handler may run before it is cancelled and its record retried. Default 5 min.
+    pub fn job_timeout(mut self, timeout: Duration) -> Self {
+        self.config.job_timeout = timeout;
+        self
+    }
+
+    /// How long shutdown waits for running handlers before cancelling and releasing them.
+    /// Default 30 s.
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.config.shutdown_grace = grace;
+        self
+    }
+
+    /// Checks the settings and builds the worker. Fails with [`ErrorKind::Config`] naming the
+    /// setting that is wrong.
+    pub fn build(self) -> Result<Worker<S>> {
+        if let Some(err) = self.error {
+            return Err(err);
+        }
+        self.config.validate()?;
+        if self.routes.is_empty() {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "`route`: expected at least one route",
+            ));
+        }
+        Ok(Worker {
+            source: self.source,
+            routes: self.routes,
+            config: self.config,
+            shutdown: ShutdownHandle::new(),
+        })
+    }
+
+    fn fail(&mut self, message: String) {
+        if self.error.is_none() {
+            self.error = Some(Error::new(ErrorKind::Config, message));
+        }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for WorkerBuilder<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkerBuilder")
+            .field("source", &self.source)
+            .field("config", &self.config)
+            .field("topics", &self.routes.topics().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}

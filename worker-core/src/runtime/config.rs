@@ -1,0 +1,115 @@
+//! The runtime's validated settings.
+
+use std::time::Duration;
+
+use crate::{Error, ErrorKind, Result};
+
+/// Settings of one [`Worker`](super::Worker), checked once by the builder.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    /// Handlers running at most, and records held at most.
+    pub(crate) concurrency: usize,
+    /// The most records one fetch asks for.
+    pub(crate) max_poll_records: u32,
+    /// When to renew a lock, as a fraction of the lock duration, and how often after that.
+    pub(crate) renew_at: f64,
+    /// How long one handler may run.
+    pub(crate) job_timeout: Duration,
+    /// How long shutdown waits for running handlers.
+    pub(crate) shutdown_grace: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            concurrency: 64,
+            max_poll_records: 500,
+            renew_at: 0.5,
+            job_timeout: Duration::from_secs(300),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Config {
+    /// Checks every setting; the error names the setting and what was expected.
+    pub(crate) fn validate(&self) -> Result<()> {
+        let fail = |msg: &str| Err(Error::new(ErrorKind::Config, msg));
+        if self.concurrency == 0 || u32::try_from(self.concurrency).is_err() {
+            return fail("`concurrency`: expected at least 1 (and less than 2^32)");
+        }
+        if self.max_poll_records == 0 {
+            return fail("`max_poll_records`: expected at least 1");
+        }
+        if !(self.renew_at > 0.0 && self.renew_at < 1.0) {
+            return fail("`renew_at`: expected a fraction of the lock between 0 and 1 (exclusive)");
+        }
+        if self.job_timeout.is_zero() {
+            return fail("`job_timeout`: expected a duration above 0");
+        }
+        Ok(())
+    }
+
+    /// How often to renew a lock of `lock` duration; `None` when the source reports no lock.
+    pub(crate) fn renew_every(&self, lock: Duration) -> Option<Duration> {
+        let every = lock.mul_f64(self.renew_at);
+        (!every.is_zero()).then_some(every)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate().unwrap();
+    }
+
+    #[test]
+    fn errors_name_the_setting() {
+        let bad = [
+            Config {
+                concurrency: 0,
+                ..Config::default()
+            },
+            Config {
+                max_poll_records: 0,
+                ..Config::default()
+            },
+            Config {
+                renew_at: 1.0,
+                ..Config::default()
+            },
+            Config {
+                renew_at: f64::NAN,
+                ..Config::default()
+            },
+            Config {
+                job_timeout: Duration::ZERO,
+                ..Config::default()
+            },
+        ];
+        for (config, key) in bad.iter().zip([
+            "concurrency",
+            "max_poll_records",
+            "renew_at",
+            "renew_at",
+            "job_timeout",
+        ]) {
+            let err = config.validate().unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Config);
+            assert!(err.message().contains(key), "{err}");
+        }
+    }
+
+    #[test]
+    fn renewals_run_at_a_fraction_of_the_lock() {
+        let config = Config::default();
+        assert_eq!(
+            config.renew_every(Duration::from_secs(1)),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(config.renew_every(Duration::ZERO), None);
+    }
+}

@@ -1,0 +1,542 @@
+//! The dispatch loop: fetch into free slots, hand records to ready services, turn outcomes into
+//! acknowledgements, renew slow records' locks, and drain on shutdown.
+//!
+//! It is one hand-written poll loop (like tower's `Buffer` worker), so every step sees the same
+//! state without locks: in one pass it dispatches every record whose service is ready, settles every
+//! finished handler, frees every slot whose acknowledgement was answered, issues every due renewal
+//! together, and starts the next fetch if a slot is free.
+
+use std::convert::Infallible;
+use std::future::{Future, poll_fn};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::time::{Instant, Sleep, sleep_until};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tower::Service;
+use tracing::Instrument;
+use tracing::field::Empty;
+use tracing::instrument::Instrumented;
+
+use crate::source::{AckError, AckKind, Delivery, ShareSource};
+use crate::{Error, ErrorKind, Job, Outcome, Result};
+
+use super::config::Config;
+use super::receipt::SlotReceipt;
+use super::renew::RenewScheduler;
+use super::routes::Routes;
+use super::run_job::{Finished, RunJob, panic_message};
+use super::slots::{InFlight, Phase, SlotKey, Slots};
+use super::summary::Summary;
+
+/// After an empty fetch, wait this long before the next one (the source already waited).
+const EMPTY_FETCH_PAUSE: Duration = Duration::from_millis(10);
+/// The first pause after a failed fetch; doubles up to `MAX_FETCH_BACKOFF`.
+const FETCH_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_FETCH_BACKOFF: Duration = Duration::from_secs(5);
+/// After the grace period, how long to wait for the last acknowledgements before closing.
+const FLUSH_TIMEOUT: Duration = Duration::from_millis(500);
+/// Passes through the loop before yielding to the scheduler.
+const BUDGET: usize = 64;
+
+type FetchFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<Delivery>>> + Send + 'a>>;
+
+/// Shutdown progress.
+#[derive(Debug)]
+struct Stopping {
+    grace_deadline: Instant,
+    grace_expired: bool,
+}
+
+/// The loop's state. Generic over the service so the handler futures are stored unboxed beyond
+/// what the service itself boxes.
+pub(crate) struct Dispatcher<'a, S, Svc>
+where
+    Svc: Service<Job>,
+{
+    source: &'a S,
+    config: &'a Config,
+    routes: Routes<Svc>,
+    slots: Slots,
+    renewals: RenewScheduler,
+    running: FuturesUnordered<Instrumented<RunJob<Svc::Future>>>,
+    acking: FuturesUnordered<SlotReceipt>,
+    renewing: FuturesUnordered<SlotReceipt>,
+    fetch: Option<FetchFuture<'a>>,
+    fetch_not_before: Option<Instant>,
+    fetch_backoff: Duration,
+    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
+    stopping: Option<Stopping>,
+    timer: Pin<Box<Sleep>>,
+    summary: Summary,
+    fatal: Option<Error>,
+    due: Vec<(Instant, SlotKey)>,
+}
+
+impl<'a, S, Svc> Dispatcher<'a, S, Svc>
+where
+    S: ShareSource,
+    Svc: Service<Job, Response = Outcome, Error = Infallible>,
+{
+    pub(crate) fn new(
+        source: &'a S,
+        config: &'a Config,
+        routes: Routes<Svc>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            source,
+            config,
+            routes,
+            slots: Slots::new(config.concurrency),
+            renewals: RenewScheduler::default(),
+            running: FuturesUnordered::new(),
+            acking: FuturesUnordered::new(),
+            renewing: FuturesUnordered::new(),
+            fetch: None,
+            fetch_not_before: None,
+            fetch_backoff: FETCH_BACKOFF,
+            shutdown: Box::pin(shutdown.cancelled_owned()),
+            stopping: None,
+            timer: Box::pin(sleep_until(Instant::now())),
+            summary: Summary::default(),
+            fatal: None,
+            due: Vec::new(),
+        }
+    }
+
+    /// Runs until shutdown has drained; returns the summary and, if the source closed under it,
+    /// that error.
+    pub(crate) async fn run(mut self) -> (Summary, Option<Error>) {
+        poll_fn(|cx| self.poll_run(cx)).await;
+        (self.summary, self.fatal)
+    }
+
+    fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        for _ in 0..BUDGET {
+            let now = Instant::now();
+            let mut progress = false;
+
+            if self.stopping.is_none() && self.shutdown.as_mut().poll(cx).is_ready() {
+                self.begin_shutdown(now);
+                progress = true;
+            }
+            if let Some(fetch) = self.fetch.as_mut()
+                && let Poll::Ready(result) = fetch.as_mut().poll(cx)
+            {
+                self.fetch = None;
+                self.on_fetched(result, now);
+                progress = true;
+            }
+            while let Poll::Ready((route, key, delivery)) = self.routes.poll_next_ready(cx) {
+                self.dispatch(route, key, delivery);
+                progress = true;
+            }
+            while let Poll::Ready(Some((key, finished, took))) = self.running.poll_next_unpin(cx) {
+                self.on_finished(key, finished, took);
+                progress = true;
+            }
+            while let Poll::Ready(Some((key, result))) = self.acking.poll_next_unpin(cx) {
+                self.on_acked(key, result);
+                progress = true;
+            }
+            while let Poll::Ready(Some((key, result))) = self.renewing.poll_next_unpin(cx) {
+                self.on_renewed(key, result);
+                progress = true;
+            }
+            progress |= self.renew_due(now);
+            progress |= self.expire_grace(now);
+            progress |= self.start_fetch(now);
+
+            if self.is_done(now) {
+                return Poll::Ready(());
+            }
+            if !progress {
+                let Some(at) = self.next_wake() else {
+                    return Poll::Pending;
+                };
+                if self.timer.deadline() != at {
+                    self.timer.as_mut().reset(at);
+                }
+                if self.timer.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// Asks for min(free slots, max_poll_records) records, if fetching is allowed now.
+    fn start_fetch(&mut self, now: Instant) -> bool {
+        if self.stopping.is_some() || self.fetch.is_some() {
+            return false;
+        }
+        if let Some(at) = self.fetch_not_before {
+            if now < at {
+                return false;
+            }
+            self.fetch_not_before = None;
+        }
+        let free = self.slots.free();
+        if free == 0 {
+            return false;
+        }
+        let max = u32::try_from(free)
+            .unwrap_or(u32::MAX)
+            .min(self.config.max_poll_records);
+        self.fetch = Some(Box::pin(self.source.fetch(max)));
+        true
+    }
+
+    fn on_fetched(&mut self, result: Result<Vec<Delivery>>, now: Instant) {
+        let batch = match result {
+            Ok(batch) => batch,
+            Err(err) if err.kind() == ErrorKind::Closed => {
+                tracing::error!(error = %err, "the source closed: shutting down");
+                self.fatal = Some(err);
+                self.begin_shutdown(now);
+                return;
+            }
+            Err(err) => {
+                self.summary.fetch_errors += 1;
+                tracing::warn!(error = %err, retry_in = ?self.fetch_backoff, "fetch failed");
+                self.fetch_not_before = Some(now + self.fetch_backoff);
+                self.fetch_backoff = (self.fetch_backoff * 2).min(MAX_FETCH_BACKOFF);
+                return;
+            }
+        };
+        self.fetch_backoff = FETCH_BACKOFF;
+        if batch.is_empty() {
+            self.fetch_not_before = Some(now + EMPTY_FETCH_PAUSE);
+        }
+        self.summary.fetched += batch.len() as u64;
+        for delivery in batch {
+            self.admit(delivery);
+        }
+    }
+
+    /// Gives a fetched record a slot and queues it for its route.
+    fn admit(&mut self, delivery: Delivery) {
+        let id = &delivery.id;
+        let span = tracing::info_span!(
+            "record",
+            topic = %id.topic,
+            partition = id.partition,
+            offset = id.offset,
+            delivery_count = delivery.delivery_count,
+            outcome = Empty,
+            duration_ms = Empty,
+        );
+        let renew_every = self.config.renew_every(delivery.lock_duration);
+        let next_renewal = renew_every.map(|every| delivery.acquired_at + every);
+        let job = InFlight {
+            id: id.clone(),
+            cancel: CancellationToken::new(),
+            phase: Phase::Queued,
+            lost: false,
+            renew_every,
+            next_renewal,
+            span,
+        };
+        let Some(key) = self.slots.insert(job) else {
+            tracing::warn!(record = %delivery.id, "the source returned more records than asked for: releasing");
+            drop(self.source.acknowledge(&delivery.id, AckKind::Release));
+            return;
+        };
+        if self.stopping.is_some() {
+            self.summary.released_on_shutdown += 1;
+            self.release_for(key, "released_on_shutdown");
+            return;
+        }
+        if let Some(at) = next_renewal {
+            self.renewals.schedule(key, at);
+        }
+        match self.routes.route_for(&delivery.id.topic) {
+            Some(route) => self.routes.enqueue(route, key, delivery),
+            None => {
+                tracing::warn!(record = %delivery.id, "no route for this topic: releasing the record");
+                self.summary.unrouted += 1;
+                self.release_for(key, "unrouted");
+            }
+        }
+    }
+
+    /// Calls the route's service for a queued record (the service is ready).
+    fn dispatch(&mut self, route: usize, key: SlotKey, delivery: Delivery) {
+        let Some(job) = self.slots.get_mut(key) else {
+            return;
+        };
+        if job.lost {
+            // Its lock was lost while it waited: never started, nothing to acknowledge.
+            self.forget(key);
+            return;
+        }
+        job.phase = Phase::Running;
+        let span = job.span.clone();
+        let request = Job::new(delivery, job.cancel.clone());
+        let called = {
+            let _entered = span.enter();
+            catch_unwind(AssertUnwindSafe(|| self.routes.call(route, request)))
+        };
+        match called {
+            Ok(future) => {
+                let run = RunJob::new(key, future, self.config.job_timeout);
+                self.running.push(run.instrument(span));
+            }
+            Err(panic) => {
+                let message = panic_message(&*panic);
+                self.on_finished(key, Finished::Panicked(message), Duration::ZERO);
+            }
+        }
+    }
+
+    /// A handler ended: count its outcome and acknowledge it (unless its lock was lost).
+    fn on_finished(&mut self, key: SlotKey, finished: Finished, took: Duration) {
+        self.unschedule(key);
+        let Some(job) = self.slots.get_mut(key) else {
+            return;
+        };
+        let outcome = match finished {
+            Finished::Done(outcome) => outcome,
+            Finished::Panicked(message) => {
+                self.summary.panicked += 1;
+                tracing::warn!(parent: &job.span, panic = %message, "handler panicked: retrying");
+                Outcome::retry(format!("handler panicked: {message}"))
+            }
+            Finished::TimedOut => {
+                job.cancel.cancel();
+                self.summary.timed_out += 1;
+                tracing::warn!(parent: &job.span, timeout = ?self.config.job_timeout, "handler timed out: retrying");
+                Outcome::retry("the job timed out")
+            }
+        };
+        job.span.record("outcome", outcome.as_str());
+        job.span.record(
+            "duration_ms",
+            u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+        );
+        if let Some(reason) = outcome.reason() {
+            tracing::info!(parent: &job.span, reason, "{}", outcome.as_str());
+        }
+        if job.lost {
+            self.summary.late_acks_dropped += 1;
+            self.summary.possible_duplicates += 1;
+            tracing::warn!(parent: &job.span, "the lock was lost before the handler finished: outcome dropped, the record may be processed again");
+            self.forget(key);
+            return;
+        }
+        match &outcome {
+            Outcome::Accept => self.summary.accepted += 1,
+            Outcome::Retry { .. } => self.summary.retried += 1,
+            Outcome::Reject { .. } => self.summary.rejected += 1,
+        }
+        self.acknowledge(key, outcome.ack_kind());
+    }
+
+    /// Hands the acknowledgement to the source at once; the slot stays held until it is answered.
+    fn acknowledge(&mut self, key: SlotKey, kind: AckKind) {
+        self.unschedule(key);
+        let Some(job) = self.slots.get_mut(key) else {
+            return;
+        };
+        job.phase = Phase::Acking(kind);
+        let receipt = self.source.acknowledge(&job.id, kind);
+        self.acking.push(SlotReceipt::new(key, receipt));
+    }
+
+    fn on_acked(&mut self, key: SlotKey, result: std::result::Result<(), AckError>) {
+        let Some(job) = self.slots.remove(key) else {
+            return;
+        };
+        if let Err(err) = result {
+            self.summary.ack_failures.count(&err);
+            let kind = match job.phase {
+                Phase::Acking(kind) => kind,
+                _ => AckKind::Release,
+            };
+            if kind == AckKind::Accept {
+                self.summary.possible_duplicates += 1;
+            }
+            tracing::warn!(parent: &job.span, error = %err, ack = kind.as_str(), "acknowledgement failed: the broker will deliver the record again");
+        }
+    }
+
+    /// Issues every renewal due by `now` together, and schedules the next ones.
+    fn renew_due(&mut self, now: Instant) -> bool {
+        if self.renewals.next_due().is_none_or(|at| at > now) {
+            return false;
+        }
+        let mut due = std::mem::take(&mut self.due);
+        self.renewals.take_due(now, &mut due);
+        for (at, key) in due.drain(..) {
+            let Some(job) = self.slots.get_mut(key) else {
+                continue;
+            };
+            if job.next_renewal != Some(at) {
+                continue;
+            }
+            job.next_renewal = None;
+            let (Some(every), Phase::Queued | Phase::Running, false) =
+                (job.renew_every, job.phase, job.lost)
+            else {
+                continue;
+            };
+            let receipt = self.source.renew(&job.id);
+            self.renewing.push(SlotReceipt::new(key, receipt));
+            self.summary.renewals += 1;
+            let mut next = at + every;
+            if next <= now {
+                next = now + every;
+            }
+            job.next_renewal = Some(next);
+            self.renewals.schedule(key, next);
+        }
+        self.due = due;
+        true
+    }
+
+    fn on_renewed(&mut self, key: SlotKey, result: std::result::Result<(), AckError>) {
+        let Err(err) = result else {
+            return;
+        };
+        let Some(job) = self.slots.get_mut(key) else {
+            return;
+        };
+        self.summary.renewal_failures += 1;
+        if job.lost || !matches!(job.phase, Phase::Queued | Phase::Running) {
+            return;
+        }
+        job.lost = true;
+        job.cancel.cancel();
+        tracing::warn!(parent: &job.span, error = %err, "renewal failed: the lock is lost, cancelling the job");
+        self.unschedule(key);
+    }
+
+    fn unschedule(&mut self, key: SlotKey) {
+        if let Some(job) = self.slots.get_mut(key)
+            && let Some(at) = job.next_renewal.take()
+        {
+            self.renewals.cancel(key, at);
+        }
+    }
+
+    /// Frees a slot without acknowledging.
+    fn forget(&mut self, key: SlotKey) {
+        self.unschedule(key);
+        self.slots.remove(key);
+    }
+
+    /// Stops fetching and releases the records that never started.
+    fn begin_shutdown(&mut self, now: Instant) {
+        if self.stopping.is_some() {
+            return;
+        }
+        self.stopping = Some(Stopping {
+            grace_deadline: now + self.config.shutdown_grace,
+            grace_expired: false,
+        });
+        tracing::info!(
+            running = self.running.len(),
+            held = self.slots.held(),
+            grace = ?self.config.shutdown_grace,
+            "shutting down: no more fetches, waiting for running handlers"
+        );
+        for (key, _) in self.routes.drain() {
+            if self.slots.get(key).is_some_and(|job| job.lost) {
+                self.forget(key);
+            } else {
+                self.summary.released_on_shutdown += 1;
+                self.release_for(key, "released_on_shutdown");
+            }
+        }
+    }
+
+    /// Releases a record that has no outcome of its own; `why` becomes its span's outcome.
+    fn release_for(&mut self, key: SlotKey, why: &'static str) {
+        if let Some(job) = self.slots.get(key) {
+            job.span.record("outcome", why);
+        }
+        self.acknowledge(key, AckKind::Release);
+    }
+
+    /// At the end of the grace period: cancels the handlers still running and releases their records.
+    fn expire_grace(&mut self, now: Instant) -> bool {
+        let Some(stopping) = &mut self.stopping else {
+            return false;
+        };
+        if stopping.grace_expired || now < stopping.grace_deadline {
+            return false;
+        }
+        stopping.grace_expired = true;
+        self.fetch = None;
+        let mut unfinished = Vec::new();
+        for (key, job) in self.slots.iter_mut() {
+            if job.phase == Phase::Running {
+                job.cancel.cancel();
+                unfinished.push((key, job.lost));
+            }
+        }
+        self.running = FuturesUnordered::new();
+        if !unfinished.is_empty() {
+            tracing::warn!(
+                unfinished = unfinished.len(),
+                "grace period over: cancelling and releasing unfinished jobs"
+            );
+        }
+        for (key, lost) in unfinished {
+            if lost {
+                self.forget(key);
+            } else {
+                self.summary.released_on_shutdown += 1;
+                self.release_for(key, "released_on_shutdown");
+            }
+        }
+        true
+    }
+
+    fn is_done(&self, now: Instant) -> bool {
+        let Some(stopping) = &self.stopping else {
+            return false;
+        };
+        if self.fetch.is_some() {
+            return false;
+        }
+        self.slots.held() == 0
+            || (stopping.grace_expired && now >= stopping.grace_deadline + FLUSH_TIMEOUT)
+    }
+
+    /// The earliest time something is due: a renewal, the end of a fetch pause, the grace period.
+    fn next_wake(&self) -> Option<Instant> {
+        let fetch_pause = self
+            .fetch_not_before
+            .filter(|_| self.stopping.is_none() && self.fetch.is_none());
+        let grace = self.stopping.as_ref().map(|s| {
+            if s.grace_expired {
+                s.grace_deadline + FLUSH_TIMEOUT
+            } else {
+                s.grace_deadline
+            }
+        });
+        [self.renewals.next_due(), fetch_pause, grace]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+}
+
+impl<S, Svc: Service<Job>> std::fmt::Debug for Dispatcher<'_, S, Svc> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("held", &self.slots.held())
+            .field("queued", &self.routes.queued())
+            .field("running", &self.running.len())
+            .field("renewals", &self.renewals.len())
+            .field("fetching", &self.fetch.is_some())
+            .finish_non_exhaustive()
+    }
+}

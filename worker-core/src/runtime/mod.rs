@@ -1,0 +1,154 @@
+//! The worker runtime: a continuous, bounded pipeline from a [`ShareSource`] to tower services.
+//!
+//! A [`Worker`] keeps up to `concurrency` handlers busy. Each record holds one slot from the fetch
+//! that acquired it until the broker has answered its acknowledgement, and the worker fetches
+//! exactly min(free slots, `max_poll_records`) records, never with no free slot: it never holds
+//! more records than it can run, and there is no unbounded queue anywhere.
+//!
+//! - **Outcome → acknowledgement.** The moment a handler returns, its [`Outcome`](crate::Outcome)
+//!   becomes ACCEPT, RELEASE (`Retry`) or REJECT and goes to the source, which sends it with the
+//!   next request: no batch barrier, a slow record delays nobody else.
+//! - **Renewal.** A record still held at `renew_at` × its lock duration (default half) is renewed,
+//!   and again each time that much more has passed; due renewals are issued together. If a renewal
+//!   fails the job's [`CancellationToken`](tokio_util::sync::CancellationToken) fires and its late
+//!   outcome is dropped and counted as a possible duplicate: another worker may have it by now.
+//! - **Failures.** A handler that panics or runs past `job_timeout` is retried (released); the
+//!   worker never dies of a handler. A record of a topic with no route is released with a warning.
+//! - **Shutdown.** On [`ShutdownHandle::shutdown`] (or ctrl-c / SIGTERM with
+//!   [`Worker::run_until_signal`]) the worker stops fetching, waits up to `shutdown_grace` for
+//!   running handlers, acknowledges what finished, cancels and releases the rest, then closes the
+//!   source. [`Worker::run`] returns a [`Summary`].
+//! - **Execution.** Handler futures are driven by the worker's own task, not a task per record:
+//!   the only allocation per record beyond the source's is the route's boxed service future. Do
+//!   not block the thread in a handler: move CPU-heavy work to `spawn_blocking` (or `tokio::spawn`
+//!   inside the handler), since a blocked worker task also delays its lock renewals.
+//! - **Tracing.** Every record gets a `record` span with `topic`, `partition`, `offset`,
+//!   `delivery_count`, and once it ends `outcome` and `duration_ms`; the handler runs inside it.
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::time::Duration;
+//! use tower::service_fn;
+//! use worker_core::runtime::Worker;
+//! use worker_core::testing::MemoryBroker;
+//! use worker_core::{Job, Outcome};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> worker_core::Result<()> {
+//! let broker = MemoryBroker::new();
+//! broker.produce("sms", "+15550100: hello");
+//!
+//! let worker = Worker::builder(broker.member("worker-1"))
+//!     .route("sms", service_fn(|job: Job| async move {
+//!         let _text = job.payload();
+//!         Ok::<_, Infallible>(Outcome::Accept)
+//!     }))
+//!     .concurrency(16)
+//!     .build()?;
+//!
+//! let shutdown = worker.shutdown_handle();
+//! let running = tokio::spawn(worker.run());
+//! while broker.counts().acknowledged < 1 {
+//!     tokio::time::sleep(Duration::from_millis(10)).await;
+//! }
+//! shutdown.shutdown();
+//! let summary = running.await.expect("the worker task")?;
+//! assert_eq!(summary.accepted, 1);
+//! # Ok(())
+//! # }
+//! ```
+
+mod builder;
+mod config;
+mod dispatch;
+mod receipt;
+mod renew;
+mod routes;
+mod run_job;
+mod shutdown;
+mod slots;
+mod summary;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+
+use crate::Result;
+use crate::source::ShareSource;
+
+pub use builder::WorkerBuilder;
+pub use shutdown::ShutdownHandle;
+pub use summary::{AckFailures, Summary};
+
+use builder::RouteService;
+use config::Config;
+use dispatch::Dispatcher;
+use routes::Routes;
+
+/// Runs handler services for the records of a [`ShareSource`]. See the [module docs](self).
+pub struct Worker<S> {
+    source: S,
+    routes: Routes<RouteService>,
+    config: Config,
+    shutdown: ShutdownHandle,
+}
+
+impl<S: ShareSource> Worker<S> {
+    /// Starts building a worker that takes its records from `source`.
+    pub fn builder(source: S) -> WorkerBuilder<S> {
+        WorkerBuilder::new(source)
+    }
+
+    /// A handle that stops this worker gracefully.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
+    /// Runs until shut down through a [`ShutdownHandle`] (or until the source closes), then closes
+    /// the source and returns what the worker did.
+    ///
+    /// Fails with [`ErrorKind::Closed`](crate::ErrorKind::Closed) if the source closed under the
+    /// worker, or with the source's error if closing it failed; the summary is logged either way.
+    ///
+    /// Stop it with the handle rather than by dropping this future: dropping it abandons the
+    /// records in flight without releasing them (their locks run out at the broker).
+    pub async fn run(self) -> Result<Summary> {
+        let Worker {
+            source,
+            routes,
+            config,
+            shutdown,
+        } = self;
+        let dispatcher = Dispatcher::new(&source, &config, routes, shutdown.token().clone());
+        let (summary, fatal) = dispatcher.run().await;
+        let closed = source.close().await;
+        tracing::info!(?summary, "worker stopped");
+        if let Some(err) = fatal {
+            return Err(err);
+        }
+        closed.map(|()| summary)
+    }
+
+    /// [`run`](Self::run), shutting down gracefully on ctrl-c or SIGTERM.
+    pub async fn run_until_signal(self) -> Result<Summary> {
+        let handle = self.shutdown_handle();
+        let run = self.run();
+        tokio::pin!(run);
+        tokio::select! {
+            result = &mut run => return result,
+            () = shutdown::signal() => handle.shutdown(),
+        }
+        run.await
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Worker<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker")
+            .field("source", &self.source)
+            .field("config", &self.config)
+            .field("topics", &self.routes.topics().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}

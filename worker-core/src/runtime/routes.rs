@@ -1,0 +1,136 @@
+//! [`Routes`]: topic → handler service, each with the records waiting for it to be ready.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::task::{Context, Poll};
+
+use std::sync::Arc;
+use tower::Service;
+
+use crate::source::Delivery;
+use crate::{Job, Outcome};
+
+use super::slots::SlotKey;
+
+/// One topic's service and its queue of fetched records.
+#[derive(Debug)]
+struct Route<Svc> {
+    topic: Arc<str>,
+    service: Svc,
+    /// Records fetched for this topic that wait for `poll_ready`. Bounded by the slot count: every
+    /// record here holds a slot.
+    queue: VecDeque<(SlotKey, Delivery)>,
+}
+
+/// The route table. The dispatcher owns it: it calls `poll_ready` on a route's service and then
+/// `call` on that same service, as the tower contract asks, so no per-record clone is needed.
+#[derive(Debug)]
+pub(crate) struct Routes<Svc> {
+    routes: Vec<Route<Svc>>,
+    by_topic: HashMap<Arc<str>, usize>,
+    /// Where the next readiness scan starts, so no route starves the others.
+    next: usize,
+    queued: usize,
+}
+
+impl<Svc> Default for Routes<Svc> {
+    fn default() -> Self {
+        Self {
+            routes: Vec::new(),
+            by_topic: HashMap::new(),
+            next: 0,
+            queued: 0,
+        }
+    }
+}
+
+impl<Svc> Routes<Svc> {
+    /// Adds a route; `false` if the topic already has one.
+    pub(crate) fn insert(&mut self, topic: Arc<str>, service: Svc) -> bool {
+        if self.by_topic.contains_key(&topic) {
+            return false;
+        }
+        self.by_topic.insert(topic.clone(), self.routes.len());
+        self.routes.push(Route {
+            topic,
+            service,
+            queue: VecDeque::new(),
+        });
+        true
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+
+    pub(crate) fn topics(&self) -> impl Iterator<Item = &str> {
+        self.routes.iter().map(|r| &*r.topic)
+    }
+
+    /// The route for `topic`, if it has one.
+    pub(crate) fn route_for(&self, topic: &str) -> Option<usize> {
+        self.by_topic.get(topic).copied()
+    }
+
+    /// Queues a fetched record for route `route`'s service.
+    pub(crate) fn enqueue(&mut self, route: usize, key: SlotKey, delivery: Delivery) {
+        self.routes[route].queue.push_back((key, delivery));
+        self.queued += 1;
+    }
+
+    /// Records waiting for a service.
+    pub(crate) fn queued(&self) -> usize {
+        self.queued
+    }
+
+    /// Empties every queue (shutdown): the records were never started.
+    pub(crate) fn drain(&mut self) -> Vec<(SlotKey, Delivery)> {
+        self.queued = 0;
+        self.routes
+            .iter_mut()
+            .flat_map(|r| r.queue.drain(..))
+            .collect()
+    }
+}
+
+impl<Svc> Routes<Svc>
+where
+    Svc: Service<Job, Response = Outcome, Error = Infallible>,
+{
+    /// Finds a route with a queued record whose service is ready, and takes that record. The caller
+    /// must then [`call`](Self::call) that route at once.
+    pub(crate) fn poll_next_ready(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<(usize, SlotKey, Delivery)> {
+        if self.queued == 0 {
+            return Poll::Pending;
+        }
+        let n = self.routes.len();
+        for step in 0..n {
+            let i = (self.next + step) % n;
+            let route = &mut self.routes[i];
+            if route.queue.is_empty() {
+                continue;
+            }
+            match route.service.poll_ready(cx) {
+                Poll::Ready(Ok(())) => {
+                    let Some((key, delivery)) = route.queue.pop_front() else {
+                        continue;
+                    };
+                    self.queued -= 1;
+                    self.next = (i + 1) % n;
+                    return Poll::Ready((i, key, delivery));
+                }
+                Poll::Ready(Err(never)) => match never {},
+                Poll::Pending => {}
+            }
+        }
+        Poll::Pending
+    }
+
+    /// Calls route `route`'s service, which [`poll_next_ready`](Self::poll_next_ready) found ready.
+    pub(crate) fn call(&mut self, route: usize, job: Job) -> Svc::Future {
+        self.routes[route].service.call(job)
+    }
+}

@@ -1,0 +1,168 @@
+//! The fixed table of in-flight records: one slot per record from fetch until its acknowledgement
+//! is answered. Its size is the concurrency; the fetch loop asks for at most the free slots.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Span;
+
+use crate::source::{AckKind, DeliveryId};
+
+/// Names one occupancy of one slot: a slot reused for a later record gets a new `seq`, so late
+/// events for the earlier record are recognised and ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct SlotKey {
+    index: u32,
+    seq: u32,
+}
+
+/// Where an in-flight record is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Fetched, waiting for its route's service to be ready.
+    Queued,
+    /// Its handler runs.
+    Running,
+    /// Its acknowledgement is on the way.
+    Acking(AckKind),
+}
+
+/// One record in flight.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    pub(crate) id: DeliveryId,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) phase: Phase,
+    /// A renewal failed: the lock is gone, the outcome will not be acknowledged.
+    pub(crate) lost: bool,
+    /// How often the lock is renewed, `None` when it is not.
+    pub(crate) renew_every: Option<Duration>,
+    /// When the next renewal is scheduled, if one is.
+    pub(crate) next_renewal: Option<Instant>,
+    pub(crate) span: Span,
+}
+
+#[derive(Debug)]
+struct Entry {
+    seq: u32,
+    job: Option<InFlight>,
+}
+
+/// The slot table.
+#[derive(Debug)]
+pub(crate) struct Slots {
+    entries: Vec<Entry>,
+    free: Vec<u32>,
+}
+
+impl Slots {
+    /// `capacity` free slots (at most `u32::MAX`, checked by the config).
+    pub(crate) fn new(capacity: usize) -> Self {
+        let capacity = u32::try_from(capacity).unwrap_or(u32::MAX);
+        Self {
+            entries: (0..capacity).map(|_| Entry { seq: 0, job: None }).collect(),
+            free: (0..capacity).rev().collect(),
+        }
+    }
+
+    pub(crate) fn free(&self) -> usize {
+        self.free.len()
+    }
+
+    pub(crate) fn held(&self) -> usize {
+        self.entries.len() - self.free.len()
+    }
+
+    /// Takes a free slot for `job`; `None` when every slot is held.
+    pub(crate) fn insert(&mut self, job: InFlight) -> Option<SlotKey> {
+        let index = self.free.pop()?;
+        let entry = &mut self.entries[index as usize];
+        entry.seq = entry.seq.wrapping_add(1);
+        entry.job = Some(job);
+        Some(SlotKey {
+            index,
+            seq: entry.seq,
+        })
+    }
+
+    pub(crate) fn get(&self, key: SlotKey) -> Option<&InFlight> {
+        let entry = self.entries.get(key.index as usize)?;
+        if entry.seq == key.seq {
+            entry.job.as_ref()
+        } else {
+            None
+        }
+    }
+
+    pub(crate) fn get_mut(&mut self, key: SlotKey) -> Option<&mut InFlight> {
+        let entry = self.entries.get_mut(key.index as usize)?;
+        if entry.seq == key.seq {
+            entry.job.as_mut()
+        } else {
+            None
+        }
+    }
+
+    /// Frees the slot `key` names, if it still holds that record.
+    pub(crate) fn remove(&mut self, key: SlotKey) -> Option<InFlight> {
+        let entry = self.entries.get_mut(key.index as usize)?;
+        if entry.seq != key.seq {
+            return None;
+        }
+        let job = entry.job.take()?;
+        self.free.push(key.index);
+        Some(job)
+    }
+
+    /// Every record in flight, with its key.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (SlotKey, &mut InFlight)> {
+        self.entries.iter_mut().enumerate().filter_map(|(i, e)| {
+            let key = SlotKey {
+                index: u32::try_from(i).unwrap_or(u32::MAX),
+                seq: e.seq,
+            };
+            e.job.as_mut().map(|job| (key, job))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::Lease;
+
+    fn job() -> InFlight {
+        InFlight {
+            id: DeliveryId {
+                topic: "t".into(),
+                partition: 0,
+                offset: 0,
+                lease: Lease::default(),
+            },
+            cancel: CancellationToken::new(),
+            phase: Phase::Queued,
+            lost: false,
+            renew_every: None,
+            next_renewal: None,
+            span: Span::none(),
+        }
+    }
+
+    #[test]
+    fn slots_are_bounded_and_reused_with_new_keys() {
+        let mut slots = Slots::new(2);
+        let a = slots.insert(job()).unwrap();
+        let b = slots.insert(job()).unwrap();
+        assert!(slots.insert(job()).is_none());
+        assert_eq!((slots.free(), slots.held()), (0, 2));
+        assert!(slots.remove(a).is_some());
+        assert!(slots.remove(a).is_none());
+        let c = slots.insert(job()).unwrap();
+        assert_ne!(a, c);
+        assert!(slots.get(a).is_none());
+        assert!(slots.get(c).is_some());
+        assert_eq!(slots.iter_mut().count(), 2);
+        assert!(slots.get_mut(b).is_some());
+    }
+}

@@ -1,0 +1,274 @@
+//! The dispatch loop against a mocked [`ShareSource`] (mockall): fetch sizing, exactly-once
+//! acknowledgement and which records get renewed.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::support::{handler, seq, wait_until};
+use crate::runtime::Worker;
+use crate::source::{AckKind, AckReceipt, Delivery, DeliveryId, Lease, ShareSource};
+use crate::{Outcome, Result};
+
+mockall::mock! {
+    Source {}
+    impl ShareSource for Source {
+        fn fetch(&self, max_records: u32) -> impl Future<Output = Result<Vec<Delivery>>> + Send;
+        fn acknowledge(&self, id: &DeliveryId, kind: AckKind) -> AckReceipt;
+        fn renew(&self, id: &DeliveryId) -> AckReceipt;
+        fn close(&self) -> impl Future<Output = Result<()>> + Send;
+    }
+}
+
+/// What the mock saw, shared with the test.
+#[derive(Default)]
+struct Ledger {
+    next: usize,
+    total: usize,
+    /// Records delivered and not yet acknowledged.
+    held: usize,
+    /// (max_records, held when asked).
+    fetches: Vec<(u32, usize)>,
+    acks: HashMap<i64, Vec<AckKind>>,
+    renewals: Vec<(i64, Instant)>,
+}
+
+fn delivery(offset: usize, lock: Duration) -> Delivery {
+    Delivery {
+        id: DeliveryId {
+            topic: "t".into(),
+            partition: 0,
+            offset: offset as i64,
+            lease: Lease::new(1, 0),
+        },
+        key: None,
+        value: Some(offset.to_string().into()),
+        headers: Vec::new(),
+        timestamp: 0,
+        delivery_count: 1,
+        lock_duration: lock,
+        acquired_at: Instant::now(),
+    }
+}
+
+/// A mock that hands out `total` records with `lock` locks and records every call in the ledger.
+fn source(total: usize, lock: Duration) -> (MockSource, Arc<Mutex<Ledger>>) {
+    let ledger = Arc::new(Mutex::new(Ledger {
+        total,
+        ..Ledger::default()
+    }));
+    let mut mock = MockSource::new();
+    let l = ledger.clone();
+    mock.expect_fetch().returning(move |max| {
+        let mut ledger = l.lock().unwrap();
+        let held = ledger.held;
+        ledger.fetches.push((max, held));
+        let n = (max as usize).min(ledger.total - ledger.next);
+        let batch: Vec<Delivery> = (ledger.next..ledger.next + n)
+            .map(|i| delivery(i, lock))
+            .collect();
+        ledger.next += n;
+        ledger.held += n;
+        Box::pin(async move {
+            if batch.is_empty() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok(batch)
+        })
+    });
+    let l = ledger.clone();
+    mock.expect_acknowledge().returning(move |id, kind| {
+        let mut ledger = l.lock().unwrap();
+        ledger.held -= 1;
+        ledger.acks.entry(id.offset).or_default().push(kind);
+        AckReceipt::ready(Ok(()))
+    });
+    let l = ledger.clone();
+    mock.expect_renew().returning(move |id| {
+        l.lock().unwrap().renewals.push((id.offset, Instant::now()));
+        AckReceipt::ready(Ok(()))
+    });
+    mock.expect_close()
+        .times(1)
+        .returning(|| Box::pin(async { Ok(()) }));
+    (mock, ledger)
+}
+
+#[tokio::test(start_paused = true)]
+async fn fetch_sizes_follow_free_slots() {
+    let (mock, ledger) = source(40, Duration::from_secs(30));
+    let worker = Worker::builder(mock)
+        .route(
+            "t",
+            handler(|job| async move {
+                // Uneven latencies so slots free up one by one, in a mixed order.
+                let ms = 5 + (seq(&job) * 7) % 23;
+                tokio::time::sleep(Duration::from_millis(ms as u64)).await;
+                Outcome::Accept
+            }),
+        )
+        .concurrency(8)
+        .max_poll_records(5)
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let l = ledger.clone();
+    wait_until(Duration::from_secs(10), "all acknowledged", move || {
+        l.lock().unwrap().acks.len() == 40
+    })
+    .await;
+    shutdown.shutdown();
+    run.await.unwrap().unwrap();
+
+    let ledger = ledger.lock().unwrap();
+    assert!(ledger.fetches.len() > 8, "{:?}", ledger.fetches);
+    for &(max, held) in &ledger.fetches {
+        assert!(max >= 1, "never fetch with no free slot");
+        assert_eq!(
+            max as usize,
+            (8 - held).min(5),
+            "fetch asks for min(free slots, max_poll_records): {:?}",
+            ledger.fetches
+        );
+    }
+    assert_eq!(ledger.fetches[0], (5, 0));
+    assert_eq!(ledger.fetches[1], (3, 5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_delivered_record_is_acknowledged_exactly_once() {
+    let (mock, ledger) = source(200, Duration::from_secs(30));
+    let worker = Worker::builder(mock)
+        .route(
+            "t",
+            handler(|job| async move {
+                let n = seq(&job);
+                tokio::time::sleep(Duration::from_millis((n % 13) as u64)).await;
+                match n % 10 {
+                    0 => Outcome::retry("flaky"),
+                    1 => Outcome::reject("bad"),
+                    2 => panic!("handler bug"),
+                    _ => Outcome::Accept,
+                }
+            }),
+        )
+        .concurrency(16)
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let l = ledger.clone();
+    wait_until(Duration::from_secs(10), "all acknowledged", move || {
+        l.lock().unwrap().acks.len() == 200
+    })
+    .await;
+    shutdown.shutdown();
+    let summary = run.await.unwrap().unwrap();
+
+    let ledger = ledger.lock().unwrap();
+    assert_eq!(ledger.held, 0);
+    for offset in 0..200i64 {
+        let expected = match offset % 10 {
+            0 | 2 => AckKind::Release,
+            1 => AckKind::Reject,
+            _ => AckKind::Accept,
+        };
+        assert_eq!(ledger.acks[&offset], [expected], "record {offset}");
+    }
+    assert_eq!(
+        (
+            summary.accepted,
+            summary.retried,
+            summary.rejected,
+            summary.panicked
+        ),
+        (140, 40, 20, 20)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_slow_records_are_renewed() {
+    let (mock, ledger) = source(6, Duration::from_secs(1));
+    let started = Instant::now();
+    let worker = Worker::builder(mock)
+        .route(
+            "t",
+            handler(|job| async move {
+                let ms = if seq(&job) == 5 { 2_600 } else { 100 };
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Outcome::Accept
+            }),
+        )
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let l = ledger.clone();
+    wait_until(Duration::from_secs(10), "all acknowledged", move || {
+        l.lock().unwrap().acks.len() == 6
+    })
+    .await;
+    shutdown.shutdown();
+    let summary = run.await.unwrap().unwrap();
+
+    let ledger = ledger.lock().unwrap();
+    assert!(ledger.renewals.iter().all(|&(offset, _)| offset == 5));
+    let at: Vec<u128> = ledger
+        .renewals
+        .iter()
+        .map(|(_, t)| (*t - started).as_millis())
+        .collect();
+    assert_eq!(at, [500, 1000, 1500, 2000, 2500]);
+    assert_eq!(summary.renewals, 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_fetch_is_retried_after_a_pause() {
+    let mut mock = MockSource::new();
+    let mut seq = mockall::Sequence::new();
+    mock.expect_fetch()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| {
+            Box::pin(async { Err(crate::Error::new(crate::ErrorKind::Io, "connection reset")) })
+        });
+    let start = Instant::now();
+    mock.expect_fetch()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(move |_| {
+            assert!(start.elapsed() >= Duration::from_millis(100), "backed off");
+            Box::pin(async { Ok(vec![delivery(0, Duration::from_secs(30))]) })
+        });
+    mock.expect_fetch()
+        .returning(|_| Box::pin(std::future::pending()));
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let a = acked.clone();
+    mock.expect_acknowledge().returning(move |id, kind| {
+        a.lock().unwrap().push((id.offset, kind));
+        AckReceipt::ready(Ok(()))
+    });
+    mock.expect_close()
+        .times(1)
+        .returning(|| Box::pin(async { Ok(()) }));
+    let worker = Worker::builder(mock)
+        .route("t", handler(|_| async { Outcome::Accept }))
+        .shutdown_grace(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let a = acked.clone();
+    wait_until(Duration::from_secs(5), "acknowledged", move || {
+        a.lock().unwrap().len() == 1
+    })
+    .await;
+    shutdown.shutdown();
+    let summary = run.await.unwrap().unwrap();
+    assert_eq!(summary.fetch_errors, 1);
+    assert_eq!(*acked.lock().unwrap(), [(0, AckKind::Accept)]);
+}

@@ -1,0 +1,10 @@
+//! Runtime tests: behaviour against the [`MemoryBroker`](crate::testing::MemoryBroker), the
+//! dispatch loop against a mocked port, and the load, renewal and shutdown scenarios.
+
+mod flow;
+mod load;
+mod mock;
+mod renewal;
+mod shutdown;
+mod spans;
+mod support;
