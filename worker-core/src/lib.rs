@@ -5,6 +5,7 @@
 //! handlers automatically and never lets the broker silently archive a record.
 
 mod error;
+pub mod kafka;
 pub mod source;
 
 pub use error::{Error, ErrorKind, Result};
