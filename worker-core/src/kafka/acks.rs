@@ -62,14 +62,25 @@ mod tests {
     #[test]
     fn contiguous_offsets_of_one_type_collapse() {
         let acks = (0..100).rev().map(|o| (o, 1)).collect();
-        assert_eq!(merge(acks), vec![AckBatch { first: 0, last: 99, types: vec![1] }]);
+        assert_eq!(
+            merge(acks),
+            vec![AckBatch {
+                first: 0,
+                last: 99,
+                types: vec![1]
+            }]
+        );
     }
 
     #[test]
     fn mixed_types_keep_one_type_per_offset() {
         assert_eq!(
             merge(vec![(5, 1), (3, 1), (4, 2)]),
-            vec![AckBatch { first: 3, last: 5, types: vec![1, 2, 1] }]
+            vec![AckBatch {
+                first: 3,
+                last: 5,
+                types: vec![1, 2, 1]
+            }]
         );
     }
 
@@ -78,9 +89,21 @@ mod tests {
         assert_eq!(
             merge(vec![(10, 1), (1, 3), (2, 3), (12, 0)]),
             vec![
-                AckBatch { first: 1, last: 2, types: vec![3] },
-                AckBatch { first: 10, last: 10, types: vec![1] },
-                AckBatch { first: 12, last: 12, types: vec![0] },
+                AckBatch {
+                    first: 1,
+                    last: 2,
+                    types: vec![3]
+                },
+                AckBatch {
+                    first: 10,
+                    last: 10,
+                    types: vec![1]
+                },
+                AckBatch {
+                    first: 12,
+                    last: 12,
+                    types: vec![0]
+                },
             ]
         );
     }

@@ -59,13 +59,21 @@ impl Cluster {
     /// Connects to broker `node`.
     pub(crate) async fn connect_node(&self, node: i32) -> Result<Connection> {
         let addr = self.broker_addr(node).ok_or_else(|| {
-            Error::new(ErrorKind::Protocol, format!("no endpoint known for broker {node}"))
+            Error::new(
+                ErrorKind::Protocol,
+                format!("no endpoint known for broker {node}"),
+            )
         })?;
         Connection::connect(&addr, &self.options).await
     }
 
     /// Runs one control call on the spare connection, reconnecting if it is missing or broken.
-    pub(crate) async fn control_call(&self, api_key: i16, ours: (i16, i16), body: &[u8]) -> Result<bytes::Bytes> {
+    pub(crate) async fn control_call(
+        &self,
+        api_key: i16,
+        ours: (i16, i16),
+        body: &[u8],
+    ) -> Result<bytes::Bytes> {
         let mut guard = self.control.lock().await;
         if guard.as_ref().is_none_or(Connection::is_broken) {
             *guard = Some(self.connect_any().await?);
@@ -74,7 +82,9 @@ impl Cluster {
             .as_mut()
             .ok_or_else(|| Error::new(ErrorKind::Io, "no control connection"))?;
         let version = conn.version(api_key, ours)?;
-        let result = conn.call(api_key, version, body, std::time::Duration::ZERO).await;
+        let result = conn
+            .call(api_key, version, body, std::time::Duration::ZERO)
+            .await;
         if result.is_err() {
             *guard = None;
         }

@@ -5,7 +5,9 @@
 //! version 1. Responses are decoded by hand with the bounded [`Reader`].
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{share_acknowledge_request as ack_req, share_fetch_request as fetch_req};
+use kafka_protocol::messages::{
+    share_acknowledge_request as ack_req, share_fetch_request as fetch_req,
+};
 use kafka_protocol::protocol::Encodable;
 use uuid::Uuid;
 
@@ -236,7 +238,11 @@ fn endpoints(r: &mut Reader) -> Result<Vec<NodeEndpoint>> {
     Ok(out)
 }
 
-fn topics<P>(r: &mut Reader, min: usize, part: impl Fn(&mut Reader) -> Result<P>) -> Result<Vec<(Uuid, Vec<P>)>> {
+fn topics<P>(
+    r: &mut Reader,
+    min: usize,
+    part: impl Fn(&mut Reader) -> Result<P>,
+) -> Result<Vec<(Uuid, Vec<P>)>> {
     let n = r.compact_array_len(18)?;
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
@@ -338,8 +344,12 @@ pub(crate) fn decode_share_acknowledge(body: Bytes) -> Result<ShareResponse<Acke
 
 #[cfg(test)]
 mod tests {
-    use kafka_protocol::messages::{GroupId, share_acknowledge_response as ack_resp, share_fetch_response as fetch_resp};
-    use kafka_protocol::messages::{ShareAcknowledgeRequest, ShareFetchRequest, ShareAcknowledgeResponse, ShareFetchResponse};
+    use kafka_protocol::messages::{
+        GroupId, share_acknowledge_response as ack_resp, share_fetch_response as fetch_resp,
+    };
+    use kafka_protocol::messages::{
+        ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse,
+    };
     use kafka_protocol::protocol::StrBytes;
 
     use super::*;
@@ -350,7 +360,11 @@ mod tests {
             partitions: vec![
                 PartitionAcks {
                     partition: 0,
-                    batches: vec![AckBatch { first: 5, last: 9, types: vec![1] }],
+                    batches: vec![AckBatch {
+                        first: 5,
+                        last: 9,
+                        types: vec![1],
+                    }],
                 },
                 PartitionAcks {
                     partition: 3,
@@ -362,7 +376,11 @@ mod tests {
 
     #[test]
     fn share_fetch_v2_is_v1_with_mode_and_renew_after_batch_size() {
-        let key = SessionKey { group_id: "g", member_id: "member-1", epoch: 7 };
+        let key = SessionKey {
+            group_id: "g",
+            member_id: "member-1",
+            epoch: 7,
+        };
         let params = FetchParams {
             max_wait_ms: 500,
             min_bytes: 1,
@@ -401,7 +419,11 @@ mod tests {
 
     #[test]
     fn share_acknowledge_v2_is_v1_with_renew_after_epoch() {
-        let key = SessionKey { group_id: "grp", member_id: "m", epoch: 3 };
+        let key = SessionKey {
+            group_id: "grp",
+            member_id: "m",
+            epoch: 3,
+        };
         let ours = encode_share_acknowledge(key, true, &sample_topics()).unwrap();
         let mut v1 = ShareAcknowledgeRequest::default();
         v1.group_id = Some(GroupId(StrBytes::from_static_str("grp")));
@@ -453,8 +475,18 @@ mod tests {
         assert_eq!(parts[0].partition, 2);
         assert_eq!(parts[0].ack_error_code, 121);
         assert_eq!(parts[0].leader_id, 1);
-        assert_eq!(parts[0].records.as_deref(), Some(&b"not really records"[..]));
-        assert_eq!(parts[0].acquired, vec![AcquiredRange { first: 10, last: 19, delivery_count: 2 }]);
+        assert_eq!(
+            parts[0].records.as_deref(),
+            Some(&b"not really records"[..])
+        );
+        assert_eq!(
+            parts[0].acquired,
+            vec![AcquiredRange {
+                first: 10,
+                last: 19,
+                delivery_count: 2
+            }]
+        );
         assert_eq!(ours.endpoints[0].host, "localhost");
     }
 

@@ -44,7 +44,9 @@ impl Connection {
         let stream = tokio::time::timeout(options.request_timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| Error::new(ErrorKind::Io, format!("connecting to {addr} timed out")))?
-            .map_err(|e| Error::new(ErrorKind::Io, format!("cannot connect to {addr}")).with_source(e))?;
+            .map_err(|e| {
+                Error::new(ErrorKind::Io, format!("cannot connect to {addr}")).with_source(e)
+            })?;
         stream.set_nodelay(true)?;
         let mut conn = Connection {
             stream: BufStream::new(stream),
@@ -61,11 +63,6 @@ impl Connection {
         let resp = conn.call(API_VERSIONS, 3, &body, Duration::ZERO).await?;
         conn.versions = decode_api_versions(resp)?;
         Ok(conn)
-    }
-
-    /// The address this connection goes to.
-    pub(crate) fn addr(&self) -> &str {
-        &self.addr
     }
 
     /// Whether a cancelled or failed call left the connection unusable.
@@ -132,7 +129,10 @@ impl Connection {
             .map_err(|_| {
                 Error::new(
                     ErrorKind::Io,
-                    format!("request {api_key} to {} timed out after {deadline:?}", self.addr),
+                    format!(
+                        "request {api_key} to {} timed out after {deadline:?}",
+                        self.addr
+                    ),
                 )
             })?;
         let resp = result?;
@@ -165,7 +165,8 @@ impl Connection {
         self.stream.flush().await?;
 
         let size = self.stream.read_i32().await?;
-        let size = usize::try_from(size).map_err(|_| malformed(format_args!("frame size {size}")))?;
+        let size =
+            usize::try_from(size).map_err(|_| malformed(format_args!("frame size {size}")))?;
         if size > self.options.max_frame {
             return Err(malformed(format_args!(
                 "frame of {size} bytes exceeds the cap of {}",
@@ -196,7 +197,9 @@ pub(crate) fn decode_api_versions(body: Bytes) -> Result<HashMap<i16, (i16, i16)
     if error != 0 {
         return Err(Error::new(
             ErrorKind::Unsupported,
-            format!("ApiVersions failed with error {error}: the broker is too old (Kafka 4.2+ needed)"),
+            format!(
+                "ApiVersions failed with error {error}: the broker is too old (Kafka 4.2+ needed)"
+            ),
         ));
     }
     let n = r.compact_array_len(7)?;

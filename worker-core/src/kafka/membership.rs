@@ -42,7 +42,11 @@ pub(crate) struct MemberSpec {
 }
 
 /// The message for a heartbeat error that ends the membership, or `None` if it can be retried.
-pub(crate) fn fatal_error(group: &str, code: i16, message: Option<&str>) -> Option<(ErrorKind, String)> {
+pub(crate) fn fatal_error(
+    group: &str,
+    code: i16,
+    message: Option<&str>,
+) -> Option<(ErrorKind, String)> {
     let detail = message.map(|m| format!(" ({m})")).unwrap_or_default();
     let (kind, text) = match code {
         69 => (
@@ -54,9 +58,18 @@ pub(crate) fn fatal_error(group: &str, code: i16, message: Option<&str>) -> Opti
             "the broker does not support share groups (share groups off, or Kafka older than 4.2)"
                 .to_string(),
         ),
-        81 => (ErrorKind::Group, format!("share group {group} is full (group.share.max.size)")),
-        30 => (ErrorKind::Authorization, format!("not authorized to join group {group}")),
-        42 => (ErrorKind::Group, format!("the coordinator rejected the heartbeat of group {group}")),
+        81 => (
+            ErrorKind::Group,
+            format!("share group {group} is full (group.share.max.size)"),
+        ),
+        30 => (
+            ErrorKind::Authorization,
+            format!("not authorized to join group {group}"),
+        ),
+        42 => (
+            ErrorKind::Group,
+            format!("the coordinator rejected the heartbeat of group {group}"),
+        ),
         _ => return None,
     };
     Some((kind, format!("{text}{detail}")))
@@ -73,20 +86,29 @@ pub(crate) fn spawn(
     (rx, task)
 }
 
-async fn heartbeat(conn: &mut Connection, spec: &MemberSpec, epoch: i32, topics: bool) -> Result<Heartbeat> {
+async fn heartbeat(
+    conn: &mut Connection,
+    spec: &MemberSpec,
+    epoch: i32,
+    topics: bool,
+) -> Result<Heartbeat> {
     let body = messages::encode_heartbeat(
         &spec.group,
         &spec.member_id,
         epoch,
         topics.then_some(spec.topics.as_slice()),
     )?;
-    let v = conn.version(messages::SHARE_GROUP_HEARTBEAT, (1, 1)).map_err(|_| {
-        Error::new(
-            ErrorKind::Unsupported,
-            "the broker has no ShareGroupHeartbeat v1: share groups need Kafka 4.2+",
-        )
-    })?;
-    let resp = conn.call(messages::SHARE_GROUP_HEARTBEAT, v, &body, Duration::ZERO).await?;
+    let v = conn
+        .version(messages::SHARE_GROUP_HEARTBEAT, (1, 1))
+        .map_err(|_| {
+            Error::new(
+                ErrorKind::Unsupported,
+                "the broker has no ShareGroupHeartbeat v1: share groups need Kafka 4.2+",
+            )
+        })?;
+    let resp = conn
+        .call(messages::SHARE_GROUP_HEARTBEAT, v, &body, Duration::ZERO)
+        .await?;
     messages::decode_heartbeat(resp)
 }
 
@@ -95,20 +117,27 @@ async fn coordinator(cluster: &Cluster, group: &str) -> Result<Connection> {
     if c.error_code != 0 {
         return Err(Error::new(
             ErrorKind::Broker,
-            format!("FindCoordinator for {group} failed with error {}", c.error_code),
+            format!(
+                "FindCoordinator for {group} failed with error {}",
+                c.error_code
+            ),
         ));
     }
     Connection::connect(&c.addr, &cluster.options).await
 }
 
-async fn run(spec: MemberSpec, cluster: Arc<Cluster>, cancel: CancellationToken, tx: watch::Sender<MemberState>) {
+async fn run(
+    spec: MemberSpec,
+    cluster: Arc<Cluster>,
+    cancel: CancellationToken,
+    tx: watch::Sender<MemberState>,
+) {
     let mut conn: Option<Connection> = None;
     let mut epoch = 0;
     let mut send_topics = true;
-    let mut interval = Duration::from_millis(5000);
     let mut backoff = Duration::from_millis(100);
     while !cancel.is_cancelled() {
-        let mut wait = interval;
+        let wait;
         let result = match conn.as_mut() {
             Some(c) => heartbeat(c, &spec, epoch, send_topics).await,
             None => match coordinator(&cluster, &spec.group).await {
@@ -125,8 +154,9 @@ async fn run(spec: MemberSpec, cluster: Arc<Cluster>, cancel: CancellationToken,
                     backoff = Duration::from_millis(100);
                     epoch = hb.member_epoch;
                     send_topics = false;
-                    interval = Duration::from_millis(u64::try_from(hb.interval_ms.max(100)).unwrap_or(5000));
-                    wait = interval;
+                    wait = Duration::from_millis(
+                        u64::try_from(hb.interval_ms.max(100)).unwrap_or(5000),
+                    );
                     tx.send_modify(|s| {
                         s.epoch = epoch;
                         s.warning = None;
@@ -151,7 +181,8 @@ async fn run(spec: MemberSpec, cluster: Arc<Cluster>, cancel: CancellationToken,
                     wait = Duration::ZERO;
                 }
                 code => {
-                    if let Some(fatal) = fatal_error(&spec.group, code, hb.error_message.as_deref()) {
+                    if let Some(fatal) = fatal_error(&spec.group, code, hb.error_message.as_deref())
+                    {
                         tracing::error!(group = %spec.group, "{}", fatal.1);
                         tx.send_modify(|s| {
                             s.fatal = Some(fatal);
@@ -162,7 +193,9 @@ async fn run(spec: MemberSpec, cluster: Arc<Cluster>, cancel: CancellationToken,
                     let text = format!(
                         "heartbeat of group {} failed with error {code}{}",
                         spec.group,
-                        hb.error_message.map(|m| format!(": {m}")).unwrap_or_default()
+                        hb.error_message
+                            .map(|m| format!(": {m}"))
+                            .unwrap_or_default()
                     );
                     tracing::warn!("{text}");
                     tx.send_modify(|s| s.warning = Some(text));
@@ -193,8 +226,12 @@ async fn run(spec: MemberSpec, cluster: Arc<Cluster>, cancel: CancellationToken,
         if let Some(c) = conn.as_mut() {
             match heartbeat(c, &spec, -1, false).await {
                 Ok(hb) if hb.error_code == 0 => {}
-                Ok(hb) => tracing::warn!(group = %spec.group, code = hb.error_code, "leaving the group failed"),
-                Err(e) => tracing::warn!(group = %spec.group, error = %e, "leaving the group failed"),
+                Ok(hb) => {
+                    tracing::warn!(group = %spec.group, code = hb.error_code, "leaving the group failed")
+                }
+                Err(e) => {
+                    tracing::warn!(group = %spec.group, error = %e, "leaving the group failed")
+                }
             }
         }
     }

@@ -238,8 +238,8 @@ pub(crate) fn decode_heartbeat(body: Bytes) -> Result<Heartbeat> {
 mod tests {
     use bytes::BytesMut;
     use kafka_protocol::messages::{
-        FindCoordinatorResponse, MetadataResponse, ShareGroupHeartbeatResponse, find_coordinator_response,
-        metadata_response, share_group_heartbeat_response,
+        FindCoordinatorResponse, MetadataResponse, ShareGroupHeartbeatResponse,
+        find_coordinator_response, metadata_response, share_group_heartbeat_response,
     };
     use kafka_protocol::protocol::Encodable;
 
@@ -267,7 +267,14 @@ mod tests {
         let m = decode_metadata(buf.freeze()).unwrap();
         assert_eq!(m.brokers[&1], "h:9092");
         assert_eq!(m.topics[0].name.as_deref(), Some("jobs"));
-        assert_eq!(m.topics[0].partitions[0], PartitionInfo { partition: 0, leader: 1, error_code: 0 });
+        assert_eq!(
+            m.topics[0].partitions[0],
+            PartitionInfo {
+                partition: 0,
+                leader: 1,
+                error_code: 0
+            }
+        );
     }
 
     #[test]

@@ -7,8 +7,18 @@
 //! on. See `shared/design/PROTOCOL.md` for the wire facts.
 
 mod acks;
+mod admin;
+mod cluster;
 mod codec;
+mod config;
 mod connection;
+mod membership;
 mod messages;
 mod records;
+mod session;
+mod source;
 mod wire;
+
+pub use admin::Admin;
+pub use config::{KafkaConfig, KafkaSourceBuilder};
+pub use source::KafkaSource;

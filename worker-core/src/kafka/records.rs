@@ -50,7 +50,10 @@ fn normalise(acquired: &[AcquiredRange]) -> Result<Vec<AcquiredRange>> {
     let mut prev_last: Option<i64> = None;
     for r in &ranges {
         if r.first < 0 || r.last < r.first {
-            return Err(malformed(format_args!("acquired range {}..={}", r.first, r.last)));
+            return Err(malformed(format_args!(
+                "acquired range {}..={}",
+                r.first, r.last
+            )));
         }
         if prev_last.is_some_and(|p| r.first <= p) {
             return Err(malformed("overlapping acquired ranges"));
@@ -59,7 +62,9 @@ fn normalise(acquired: &[AcquiredRange]) -> Result<Vec<AcquiredRange>> {
         total = total.saturating_add((r.last - r.first) as u64 + 1);
     }
     if total > MAX_ACQUIRED_PER_PARTITION {
-        return Err(malformed(format_args!("{total} acquired offsets in one partition")));
+        return Err(malformed(format_args!(
+            "{total} acquired offsets in one partition"
+        )));
     }
     Ok(ranges)
 }
@@ -147,7 +152,12 @@ fn snappy(input: &[u8], limit: usize) -> anyhow::Result<Bytes> {
 
 /// Inflates the records section of one batch, at most `limit` bytes, and checks that the batch's
 /// record count fits in what came out.
-fn inflate(data: &Bytes, compression: Compression, limit: usize, count: usize) -> anyhow::Result<Bytes> {
+fn inflate(
+    data: &Bytes,
+    compression: Compression,
+    limit: usize,
+    count: usize,
+) -> anyhow::Result<Bytes> {
     let out = match compression {
         Compression::None => data.clone(),
         Compression::Gzip => bounded_read(flate2::read::GzDecoder::new(&data[..]), limit, "gzip")?,
@@ -205,7 +215,9 @@ pub(crate) fn decode_partition(
         let mut slice = batch;
         let set = RecordBatchDecoder::decode_with_custom_compression(
             &mut slice,
-            Some(|data: &mut Bytes, compression| inflate(data, compression, max_batch_bytes, count)),
+            Some(|data: &mut Bytes, compression| {
+                inflate(data, compression, max_batch_bytes, count)
+            }),
         )
         .map_err(|e| malformed(format_args!("record batch at offset {base}: {e}")))?;
         for record in set.records {
@@ -257,7 +269,9 @@ pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn batch(first: i64, n: i64, compression: Compression) -> Bytes {
-        batch_with(first, n, compression, |offset| Bytes::from(format!("value-{offset}")))
+        batch_with(first, n, compression, |offset| {
+            Bytes::from(format!("value-{offset}"))
+        })
     }
 
     pub(crate) fn batch_with(
@@ -280,30 +294,54 @@ pub(crate) mod tests {
                 timestamp: 1_000 + offset,
                 key: Some(Bytes::from(format!("k{offset}"))),
                 value: Some(value(offset)),
-                headers: [(StrBytes::from_static_str("h"), Some(Bytes::from_static(b"v")))]
-                    .into_iter()
-                    .collect(),
+                headers: [(
+                    StrBytes::from_static_str("h"),
+                    Some(Bytes::from_static(b"v")),
+                )]
+                .into_iter()
+                .collect(),
             })
             .collect();
         let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression })
-            .unwrap();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression,
+            },
+        )
+        .unwrap();
         buf.freeze()
     }
 
     fn range(first: i64, last: i64, delivery_count: i16) -> AcquiredRange {
-        AcquiredRange { first, last, delivery_count }
+        AcquiredRange {
+            first,
+            last,
+            delivery_count,
+        }
     }
 
     #[test]
     fn only_acquired_offsets_are_delivered_and_missing_ones_are_gaps() {
-        for compression in [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd] {
+        for compression in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
             let mut all = BytesMut::new();
             all.extend_from_slice(&batch(0, 10, compression));
             all.extend_from_slice(&batch(12, 5, compression));
             let out = decode_partition(Some(all.freeze()), &[range(3, 13, 2)], 1 << 20).unwrap();
             let offsets: Vec<i64> = out.records.iter().map(|r| r.offset).collect();
-            assert_eq!(offsets, vec![3, 4, 5, 6, 7, 8, 9, 12, 13], "{compression:?}");
+            assert_eq!(
+                offsets,
+                vec![3, 4, 5, 6, 7, 8, 9, 12, 13],
+                "{compression:?}"
+            );
             assert_eq!(out.gaps, vec![10, 11]);
             assert_eq!(out.records[0].delivery_count, 2);
             assert_eq!(out.records[0].value.as_deref(), Some(&b"value-3"[..]));
@@ -325,7 +363,12 @@ pub(crate) mod tests {
 
     #[test]
     fn batches_that_inflate_past_the_cap_are_errors() {
-        for compression in [Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd] {
+        for compression in [
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
             let data = batch_with(0, 1, compression, |_| Bytes::from(vec![0u8; 10_000]));
             assert!(data.len() < 1_000, "{compression:?}");
             assert!(decode_partition(Some(data.clone()), &[range(0, 0, 1)], 4_096).is_err());
