@@ -61,6 +61,8 @@ pub(crate) struct SessionShared {
     generation: AtomicU32,
     queue: Mutex<AckQueue>,
     wake: Notify,
+    /// Set to make the driver drop its connection (tests of session loss).
+    disconnect: std::sync::atomic::AtomicBool,
 }
 
 impl SessionShared {
@@ -91,6 +93,12 @@ impl SessionShared {
             q.acks.push(ack);
         }
         drop(q);
+        self.wake.notify_one();
+    }
+
+    /// Makes the driver drop its connection (and with it the share session) before its next step.
+    pub(crate) fn disconnect(&self) {
+        self.disconnect.store(true, Ordering::Release);
         self.wake.notify_one();
     }
 
@@ -154,6 +162,7 @@ pub(crate) fn spawn(
         generation: AtomicU32::new(1),
         queue: Mutex::new(AckQueue::default()),
         wake: Notify::new(),
+        disconnect: std::sync::atomic::AtomicBool::new(false),
     });
     let (tx, rx) = mpsc::channel(4);
     let driver = Driver {
@@ -268,6 +277,13 @@ impl Driver {
                 },
                 _ = self.shared.wake.notified() => None,
             };
+            if self.shared.disconnect.swap(false, Ordering::AcqRel) && self.conn.is_some() {
+                tracing::info!(
+                    node = self.shared.node,
+                    "dropping the connection on request"
+                );
+                self.reset(true);
+            }
             if let Some(job) = job {
                 let reply = job.reply;
                 let result = self

@@ -129,6 +129,17 @@ impl KafkaSource {
         &self.inner.member_id
     }
 
+    /// Drops every broker connection at once, as a network failure would: the share sessions are
+    /// lost, their records go back to the group and queued acknowledgements fail. For tests.
+    #[doc(hidden)]
+    pub fn __drop_connections(&self) {
+        if let Ok(sessions) = self.inner.sessions.lock() {
+            for handle in sessions.values() {
+                handle.shared.disconnect();
+            }
+        }
+    }
+
     /// The partitions currently assigned to this member, as (topic, partition) pairs.
     pub fn assignment(&self) -> Vec<(String, i32)> {
         let state = self.inner.member.borrow().clone();
