@@ -54,7 +54,7 @@ fn decode<T: Decodable>(mut body: Bytes, version: i16, what: &str) -> Result<T> 
 
 fn broker_error(what: &str, code: i16, message: Option<&StrBytes>) -> Error {
     let kind = match code {
-        29 | 30 | 31 => ErrorKind::Authorization,
+        29..=31 => ErrorKind::Authorization,
         _ => ErrorKind::Broker,
     };
     Error::new(
