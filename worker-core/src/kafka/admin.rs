@@ -333,7 +333,7 @@ impl Admin {
 }
 
 /// Decodes DescribeShareGroupOffsets v0/v1 (v1 adds Lag) into partition → (start offset, lag).
-fn decode_share_group_offsets(
+pub(crate) fn decode_share_group_offsets(
     body: Bytes,
     version: i16,
 ) -> Result<std::collections::HashMap<i32, (i64, i64)>> {

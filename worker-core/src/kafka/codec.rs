@@ -343,7 +343,7 @@ pub(crate) fn decode_share_acknowledge(body: Bytes) -> Result<ShareResponse<Acke
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use kafka_protocol::messages::{
         GroupId, share_acknowledge_response as ack_resp, share_fetch_response as fetch_resp,
     };

@@ -19,6 +19,9 @@ mod session;
 mod source;
 mod wire;
 
+#[cfg(test)]
+mod fuzz;
+
 pub use admin::Admin;
 pub use config::{KafkaConfig, KafkaSourceBuilder};
 pub use source::KafkaSource;

@@ -213,13 +213,23 @@ pub(crate) fn decode_partition(
         }
         let count = usize::try_from(count).map_err(|_| malformed("negative record count"))?;
         let mut slice = batch;
-        let set = RecordBatchDecoder::decode_with_custom_compression(
-            &mut slice,
-            Some(|data: &mut Bytes, compression| {
-                inflate(data, compression, max_batch_bytes, count)
-            }),
-        )
-        .map_err(|e| malformed(format_args!("record batch at offset {base}: {e}")))?;
+        // Defence in depth: the crate's record decoder does unchecked arithmetic on offset and
+        // timestamp deltas (a panic in debug builds); a panic there is a malformed batch, not a crash.
+        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            RecordBatchDecoder::decode_with_custom_compression(
+                &mut slice,
+                Some(|data: &mut Bytes, compression| {
+                    inflate(data, compression, max_batch_bytes, count)
+                }),
+            )
+        }))
+        .map_err(|_| {
+            malformed(format_args!(
+                "record batch at offset {base} broke the decoder"
+            ))
+        })?;
+        let set =
+            decoded.map_err(|e| malformed(format_args!("record batch at offset {base}: {e}")))?;
         for record in set.records {
             let Some(delivery_count) = acquired_count(&ranges, record.offset) else {
                 continue;
@@ -291,7 +301,7 @@ pub(crate) mod tests {
                 sequence: -1,
                 timestamp_type: TimestampType::Creation,
                 offset,
-                timestamp: 1_000 + offset,
+                timestamp: offset.wrapping_add(1_000),
                 key: Some(Bytes::from(format!("k{offset}"))),
                 value: Some(value(offset)),
                 headers: [(
@@ -347,6 +357,21 @@ pub(crate) mod tests {
             assert_eq!(out.records[0].value.as_deref(), Some(&b"value-3"[..]));
             assert_eq!(&*out.records[0].headers[0].key, "h");
         }
+    }
+
+    #[test]
+    fn overflowing_deltas_are_errors_not_panics() {
+        let mut data = batch_with(i64::MAX - 2, 1, Compression::None, |_| {
+            Bytes::from_static(b"x")
+        })
+        .to_vec();
+        // The only record, after the 61-byte header: length, attributes, timestamp delta, offset
+        // delta (one byte each here). A zig-zag 0x7e is +63: base + 63 overflows.
+        data[61 + 3] = 0x7e;
+        let crc = crc32c::crc32c(&data[21..]);
+        data[17..21].copy_from_slice(&crc.to_be_bytes());
+        let acquired = [range(i64::MAX - 2, i64::MAX - 1, 1)];
+        let _ = decode_partition(Some(Bytes::from(data)), &acquired, 1 << 16);
     }
 
     #[test]

@@ -654,3 +654,94 @@ impl Driver {
         self.conn = None;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::AckReceipt;
+
+    #[test]
+    fn epochs_count_up_and_wrap_to_one() {
+        assert_eq!(next_epoch(0), 1);
+        assert_eq!(next_epoch(41), 42);
+        assert_eq!(next_epoch(i32::MAX), 1);
+    }
+
+    #[test]
+    fn ack_errors_say_what_happened() {
+        assert_eq!(ack_error(121, None), AckError::LockLost);
+        assert_eq!(ack_error(6, None), AckError::LeaderMoved);
+        assert_eq!(ack_error(74, None), AckError::LeaderMoved);
+        for code in SESSION_ERRORS {
+            assert_eq!(ack_error(code, None), AckError::SessionLost);
+        }
+        assert!(matches!(
+            ack_error(42, Some("bad")),
+            AckError::Broker { code: 42, .. }
+        ));
+    }
+
+    #[test]
+    fn acks_are_merged_per_partition_in_topic_order() {
+        let t = Uuid::from_u128(1);
+        let pending = |partition, offset, kind| PendingAck {
+            topic_id: t,
+            partition,
+            offset,
+            kind,
+            generation: 1,
+            reply: None,
+        };
+        let taken = vec![
+            pending(1, 5, 1),
+            pending(0, 2, 1),
+            pending(1, 4, 1),
+            pending(0, 3, 2),
+        ];
+        let mut listed = BTreeMap::new();
+        ack_topics(&taken, &mut listed);
+        let topics = to_topics(listed);
+        assert_eq!(topics.len(), 1);
+        assert_eq!(topics[0].partitions[0].partition, 0);
+        assert_eq!(topics[0].partitions[0].batches[0].types, vec![1, 2]);
+        assert_eq!(topics[0].partitions[1].batches[0].first, 4);
+        assert_eq!(topics[0].partitions[1].batches[0].types, vec![1]);
+    }
+
+    #[tokio::test]
+    async fn unanswered_partitions_fail_instead_of_succeeding() {
+        let (tx, rx) = AckReceipt::channel();
+        let ack = PendingAck {
+            topic_id: Uuid::from_u128(1),
+            partition: 0,
+            offset: 1,
+            kind: 1,
+            generation: 1,
+            reply: Some(tx),
+        };
+        answer_all(vec![ack], &HashMap::new());
+        assert!(matches!(rx.await, Err(AckError::Broker { code: -1, .. })));
+    }
+
+    #[tokio::test]
+    async fn acks_for_an_old_session_fail_at_once() {
+        let shared = SessionShared {
+            node: 1,
+            generation: AtomicU32::new(2),
+            queue: Mutex::new(AckQueue::default()),
+            wake: Notify::new(),
+            disconnect: std::sync::atomic::AtomicBool::new(false),
+        };
+        let (tx, rx) = AckReceipt::channel();
+        let ack = PendingAck {
+            topic_id: Uuid::from_u128(1),
+            partition: 0,
+            offset: 1,
+            kind: 1,
+            generation: 1,
+            reply: Some(tx),
+        };
+        shared.enqueue(ack, false);
+        assert_eq!(rx.await, Err(AckError::SessionLost));
+    }
+}
