@@ -50,6 +50,7 @@
 pub mod dlq;
 mod error;
 mod job;
+pub mod kafka;
 mod outcome;
 pub mod runtime;
 pub mod source;
