@@ -4,9 +4,14 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.ListOffsetsResult;
 import org.apache.kafka.clients.admin.ListShareGroupOffsetsSpec;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.SharePartitionOffsetInfo;
+import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.config.ConfigResource;
 
 import java.io.BufferedReader;
@@ -25,6 +30,8 @@ import java.util.Properties;
  * reading commands on stdin and answering one JSON line each on stdout:
  *
  * <pre>
+ * create-topic TOPIC PARTITIONS   create a topic (replication factor 1)
+ * end-offsets TOPIC              the sum of the topic's end offsets: {"records":N}
  * earliest GROUP                  set share.auto.offset.reset=earliest on GROUP (before it exists)
  * lag GROUP                       the group's total lag; {"lag":null} until every partition has state
  * wait GROUP TIMEOUT_MS POLL_MS   poll lag until 0; {"lag":0,"t_ms":EPOCH_MS} or the last lag on timeout
@@ -78,6 +85,12 @@ public final class BrokerJudge {
     private String answer(String[] words) throws Exception {
         List<String> rest = Arrays.asList(words).subList(1, words.length);
         switch (words[0]) {
+            case "create-topic":
+                admin.createTopics(List.of(new NewTopic(rest.get(0), Integer.parseInt(rest.get(1)), (short) 1)))
+                    .all().get();
+                return "{\"created\":\"" + rest.get(0) + "\"}";
+            case "end-offsets":
+                return "{\"records\":" + endOffsets(rest.get(0)) + "}";
             case "earliest":
                 return earliest(rest.get(0));
             case "lag":
@@ -93,6 +106,19 @@ public final class BrokerJudge {
             default:
                 throw new IllegalArgumentException("unknown command " + words[0]);
         }
+    }
+
+    private long endOffsets(String topic) throws Exception {
+        TopicDescription description = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+        Map<TopicPartition, OffsetSpec> request = new HashMap<>();
+        for (TopicPartitionInfo partition : description.partitions()) {
+            request.put(new TopicPartition(topic, partition.partition()), OffsetSpec.latest());
+        }
+        long total = 0;
+        for (ListOffsetsResult.ListOffsetsResultInfo info : admin.listOffsets(request).all().get().values()) {
+            total += info.offset();
+        }
+        return total;
     }
 
     private String earliest(String group) throws Exception {
