@@ -9,7 +9,8 @@ Wall time runs from the contender's spawn to lag 0; CPU seconds and peak RSS com
 contender's rusage (wait4), so they cover the whole process tree the driver waited for.
 
 Usage: benches/sidebyside/run.sh [--quick] [--runs N] [--only SUBSTRING] [--out FILE] [--keep]
-Environment: OURS_CMD (our worker; see README.md), KAFKA_VERSION (default 4.2.2),
+Environment: OURS_CMD (our worker; see README.md) and OURS_NAME (its label in the table),
+KAFKA_VERSION (default 4.2.2),
 BOOTSTRAP (default 127.0.0.1:9092), JAVA_OPTS (contender JVMs; default -Xms64m -Xmx512m).
 Python 3 standard library only.
 """
@@ -144,7 +145,7 @@ class Judge:
 def scenarios(quick):
     java1 = Contender("Java explicit-ack loop", "explicit, per record", "java-explicit")
     perf = Contender("Kafka ShareConsumerPerformance", "implicit (lighter contract)", "share-perf")
-    ours = Contender("share-worker (ours)", "explicit, per record", "ours")
+    ours = Contender(os.environ.get("OURS_NAME", "share-worker (ours)"), "explicit, per record", "ours")
 
     def java_k(n):
         # K consumers x max.poll.records = N (BENCHMARKS.md); record_limit makes max.poll.records a
@@ -318,7 +319,10 @@ def prefill(topic_name, topic, bootstrap, logdir):
         sh([KAFKA_SH, "tool", "org.apache.kafka.tools.ProducerPerformance", "--topic", topic_name,
             "--num-records", str(topic.records), "--record-size", str(topic.record_size),
             "--throughput", "-1", "--command-property", f"bootstrap.servers={bootstrap}", "acks=all",
-            "linger.ms=5", "batch.size=65536"],
+            "linger.ms=5", "batch.size=65536",
+            # One record per partition in turn: the default sticky partitioner puts a small topic's
+            # records into a single partition.
+            "partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner"],
            stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -349,6 +353,8 @@ def write_report(path, ctx, scs, results, broker_check, ours_available):
     lines.append(f"- Runs: {ctx['runs']} interleaved per figure after one discarded warm-up round; "
                  "figures are median (min–max)")
     lines.append(f"- Contender JVM options: `{' '.join(ctx['java_opts'])}`")
+    spread = ", ".join(f"{'/'.join(map(str, v))}" for v in ctx["spread"].values())
+    lines.append(f"- Topics pre-filled once by ProducerPerformance (round-robin), records per partition: {spread}")
     lines.append("- records/s = records ÷ (spawn → broker reports lag 0), so it includes process start "
                  "and group join; CPU and peak RSS are the contender process tree's rusage")
     lines.append("")
@@ -469,7 +475,7 @@ def main():
     java_version = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
 
     ctx = dict(session=session, bootstrap=bootstrap, java_cp=java_cp, tools_cp=tools_cp,
-               java_opts=java_opts, ours_cmd=ours_cmd, logdir=logdir, groups=[], quick=quick,
+               java_opts=java_opts, ours_cmd=ours_cmd, logdir=logdir, groups=[], spread={}, quick=quick,
                runs=runs, poll_s=0.1, kafka_version=kafka_version, java_version=java_version,
                date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                timeout_s=args.timeout or (300 if quick else 1800))
@@ -488,9 +494,10 @@ def main():
                 judge.ask("create-topic", name, sc.topic.partitions)
                 say(f"pre-filling {name} with {sc.topic.records} records of {sc.topic.record_size} B")
                 prefill(name, sc.topic, bootstrap, logdir)
-                have = judge.ask("end-offsets", name)["records"]
-                if have != sc.topic.records:
-                    raise SystemExit(f"{name} holds {have} records, expected {sc.topic.records}")
+                ends = judge.ask("end-offsets", name)
+                if ends["records"] != sc.topic.records or min(ends["partitions"]) == 0:
+                    raise SystemExit(f"{name} holds {ends}, expected {sc.topic.records} records in every partition")
+                ctx["spread"][name] = ends["partitions"]
                 topics[sc.topic.key] = name
             sc.topic_name = topics[sc.topic.key]
 
@@ -551,9 +558,11 @@ def verify_with_share_group_command(ctx, env):
         parts = line.split()
         if len(parts) == 5 and parts[0] in groups:
             try:
-                lags[parts[0]] = lags.get(parts[0], 0) + int(parts[4])
-            except ValueError:
-                lags[parts[0]] = None
+                lag = int(parts[4])
+            except ValueError:  # "-": no state for that partition
+                lag = None
+            prev = lags.get(parts[0], 0)
+            lags[parts[0]] = None if prev is None or lag is None else prev + lag
     return lags
 
 

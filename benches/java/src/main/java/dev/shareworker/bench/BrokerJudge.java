@@ -31,7 +31,7 @@ import java.util.Properties;
  *
  * <pre>
  * create-topic TOPIC PARTITIONS   create a topic (replication factor 1)
- * end-offsets TOPIC              the sum of the topic's end offsets: {"records":N}
+ * end-offsets TOPIC              the topic's end offsets: {"records":TOTAL,"partitions":[N0,N1,...]}
  * earliest GROUP                  set share.auto.offset.reset=earliest on GROUP (before it exists)
  * lag GROUP                       the group's total lag; {"lag":null} until every partition has state
  * wait GROUP TIMEOUT_MS POLL_MS   poll lag until 0; {"lag":0,"t_ms":EPOCH_MS} or the last lag on timeout
@@ -90,7 +90,7 @@ public final class BrokerJudge {
                     .all().get();
                 return "{\"created\":\"" + rest.get(0) + "\"}";
             case "end-offsets":
-                return "{\"records\":" + endOffsets(rest.get(0)) + "}";
+                return endOffsets(rest.get(0));
             case "earliest":
                 return earliest(rest.get(0));
             case "lag":
@@ -108,17 +108,21 @@ public final class BrokerJudge {
         }
     }
 
-    private long endOffsets(String topic) throws Exception {
+    private String endOffsets(String topic) throws Exception {
         TopicDescription description = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
         Map<TopicPartition, OffsetSpec> request = new HashMap<>();
         for (TopicPartitionInfo partition : description.partitions()) {
             request.put(new TopicPartition(topic, partition.partition()), OffsetSpec.latest());
         }
+        Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> ends = admin.listOffsets(request).all().get();
         long total = 0;
-        for (ListOffsetsResult.ListOffsetsResultInfo info : admin.listOffsets(request).all().get().values()) {
-            total += info.offset();
+        StringBuilder partitions = new StringBuilder();
+        for (int p = 0; p < description.partitions().size(); p++) {
+            long end = ends.get(new TopicPartition(topic, p)).offset();
+            total += end;
+            partitions.append(p == 0 ? "" : ",").append(end);
         }
-        return total;
+        return "{\"records\":" + total + ",\"partitions\":[" + partitions + "]}";
     }
 
     private String earliest(String group) throws Exception {

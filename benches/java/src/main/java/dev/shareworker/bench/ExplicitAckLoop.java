@@ -32,7 +32,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * <pre>
  * --bootstrap-server B --topic T --group G [--records N] [--threads 1] [--max-poll-records 500]
  * [--handler noop|sleep:MS|heavy:FAST:SLOW:PCT] [--acquire-mode batch_optimized|record_limit]
- * [--idle-timeout-ms 30000] [--label NAME] [--property k=v ...]
+ * [--idle-timeout-ms 60000] [--label NAME] [--property k=v ...]
  * </pre>
  */
 public final class ExplicitAckLoop {
@@ -44,6 +44,8 @@ public final class ExplicitAckLoop {
     private final AtomicLong redelivered = new AtomicLong();
     private final AtomicLong commitFailures = new AtomicLong();
     private final AtomicLong lastRecordNanos = new AtomicLong();
+    /** When any thread last received records: the idle timeout is for the whole process. */
+    private final AtomicLong lastPollWithRecordsMs = new AtomicLong(System.currentTimeMillis());
 
     public static void main(String[] argv) throws InterruptedException {
         Args args;
@@ -63,7 +65,7 @@ public final class ExplicitAckLoop {
         long target = args.getLong("records", 0);
         int threads = args.getInt("threads", 1);
         int maxPollRecords = args.getInt("max-poll-records", 500);
-        long idleTimeoutMs = args.getLong("idle-timeout-ms", 30_000);
+        long idleTimeoutMs = args.getLong("idle-timeout-ms", 60_000);
         Handler handler = Handler.parse(args.get("handler", "noop"));
         String acquireMode = args.get("acquire-mode", "");
 
@@ -156,7 +158,6 @@ public final class ExplicitAckLoop {
             }
         });
         consumer.subscribe(List.of(topic));
-        long lastRecordMs = System.currentTimeMillis();
         try {
             while (!stopping.get()) {
                 ConsumerRecords<byte[], byte[]> records;
@@ -167,13 +168,13 @@ public final class ExplicitAckLoop {
                 }
                 long now = System.currentTimeMillis();
                 if (records.isEmpty()) {
-                    if (now - lastRecordMs > idleTimeoutMs) {
+                    if (now - lastPollWithRecordsMs.get() > idleTimeoutMs) {
                         System.err.println("ExplicitAckLoop: no records for " + idleTimeoutMs + " ms, stopping");
                         stopping.set(true);
                     }
                     continue;
                 }
-                lastRecordMs = now;
+                lastPollWithRecordsMs.set(now);
                 for (ConsumerRecord<byte[], byte[]> record : records) {
                     if (stopping.get()) {
                         // Target reached or SIGTERM: hand the rest of the batch back unprocessed.
