@@ -37,13 +37,16 @@ import java.util.concurrent.atomic.AtomicLong;
  */
 public final class ExplicitAckLoop {
     private static final List<String> OPTIONS = List.of("bootstrap-server", "topic", "group", "records",
-        "threads", "max-poll-records", "handler", "acquire-mode", "idle-timeout-ms", "label");
+        "threads", "max-poll-records", "handler", "acquire-mode", "idle-timeout-ms", "label", "check-duplicates");
 
     private final AtomicBoolean stopping = new AtomicBoolean();
     private final AtomicLong handled = new AtomicLong();
     private final AtomicLong redelivered = new AtomicLong();
     private final AtomicLong commitFailures = new AtomicLong();
     private final AtomicLong lastRecordNanos = new AtomicLong();
+    private final AtomicLong duplicates = new AtomicLong();
+    /** (partition, offset) pairs seen, only with --check-duplicates true (it costs memory). */
+    private java.util.Set<String> seen;
     /** When any thread last received records: the idle timeout is for the whole process. */
     private final AtomicLong lastPollWithRecordsMs = new AtomicLong(System.currentTimeMillis());
 
@@ -68,6 +71,9 @@ public final class ExplicitAckLoop {
         long idleTimeoutMs = args.getLong("idle-timeout-ms", 60_000);
         Handler handler = Handler.parse(args.get("handler", "noop"));
         String acquireMode = args.get("acquire-mode", "");
+        if (Boolean.parseBoolean(args.get("check-duplicates", "false"))) {
+            seen = java.util.concurrent.ConcurrentHashMap.newKeySet();
+        }
 
         Properties props = new Properties();
         props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, args.required("bootstrap-server"));
@@ -94,19 +100,14 @@ public final class ExplicitAckLoop {
         }
 
         List<LatencyHistogram> histograms = new ArrayList<>();
-        CountDownLatch done = new CountDownLatch(threads);
+        CountDownLatch reported = new CountDownLatch(1);
         List<Thread> workers = new ArrayList<>();
         for (int i = 0; i < threads; i++) {
             LatencyHistogram histogram = new LatencyHistogram();
             histograms.add(histogram);
             KafkaShareConsumer<byte[], byte[]> consumer = consumers.get(i);
-            Thread worker = new Thread(() -> {
-                try {
-                    loop(consumer, topic, handler, target, idleTimeoutMs, histogram);
-                } finally {
-                    done.countDown();
-                }
-            }, "share-loop-" + i);
+            Thread worker = new Thread(() -> loop(consumer, topic, handler, target, idleTimeoutMs, histogram),
+                "share-loop-" + i);
             workers.add(worker);
         }
 
@@ -114,7 +115,8 @@ public final class ExplicitAckLoop {
             stopping.set(true);
             consumers.forEach(KafkaShareConsumer::wakeup);
             try {
-                done.await(30, TimeUnit.SECONDS);
+                // The JVM halts when this hook returns: wait until main has printed the summary.
+                reported.await(30, TimeUnit.SECONDS);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
             }
@@ -136,13 +138,14 @@ public final class ExplicitAckLoop {
         System.out.printf(java.util.Locale.ROOT,
             "{\"contender\":\"%s\",\"ack_mode\":\"explicit\",\"threads\":%d,\"max_poll_records\":%d,"
                 + "\"acquire_mode\":\"%s\",\"handler\":\"%s\",\"records\":%d,\"redelivered\":%d,"
-                + "\"commit_failures\":%d,\"elapsed_s\":%.3f,\"last_ack_s\":%.3f,\"records_per_s\":%.1f,"
+                + "\"commit_failures\":%d,\"duplicates\":%s,\"elapsed_s\":%.3f,\"last_ack_s\":%.3f,\"records_per_s\":%.1f,"
                 + "\"latency_basis\":\"record timestamp to acknowledge\",\"latency_ms\":%s}%n",
             args.get("label", "java-explicit"), threads, maxPollRecords,
             acquireMode.isEmpty() ? "client default" : acquireMode, handler.spec(), records,
-            redelivered.get(), commitFailures.get(), elapsed, activeElapsed,
+            redelivered.get(), commitFailures.get(), seen == null ? "null" : Long.toString(duplicates.get()), elapsed, activeElapsed,
             activeElapsed > 0 ? records / activeElapsed : 0.0, all.toJson());
         System.out.flush();
+        reported.countDown();
         try {
             Runtime.getRuntime().removeShutdownHook(hook);
         } catch (IllegalStateException e) {
@@ -190,6 +193,11 @@ public final class ExplicitAckLoop {
                     }
                     consumer.acknowledge(record, AcknowledgeType.ACCEPT);
                     histogram.record(System.currentTimeMillis() - record.timestamp());
+                    if (seen != null && !seen.add(record.partition() + ":" + record.offset())) {
+                        duplicates.incrementAndGet();
+                        System.err.println("ExplicitAckLoop: duplicate " + record.partition() + ":" + record.offset()
+                            + " delivery count " + record.deliveryCount());
+                    }
                     if (record.deliveryCount().orElse((short) 1) > 1) {
                         redelivered.incrementAndGet();
                     }
@@ -202,7 +210,12 @@ public final class ExplicitAckLoop {
             }
         } finally {
             try {
-                consumer.commitSync(Duration.ofSeconds(10));
+                consumer.commitSync(Duration.ofSeconds(10)).forEach((partition, failure) -> {
+                    if (failure.isPresent()) {
+                        commitFailures.incrementAndGet();
+                        System.err.println("ExplicitAckLoop: final commit for " + partition + ": " + failure.get());
+                    }
+                });
             } catch (RuntimeException e) {
                 System.err.println("ExplicitAckLoop: final commitSync failed: " + e);
             }
