@@ -9,9 +9,9 @@ Wall time runs from the contender's spawn to lag 0; CPU seconds and peak RSS com
 contender's rusage (wait4), so they cover the whole process tree the driver waited for.
 
 Usage: benches/sidebyside/run.sh [--quick] [--runs N] [--only SUBSTRING] [--out FILE] [--keep]
-Environment: OURS_CMD (our worker; see README.md) and OURS_NAME (its label in the table),
-KAFKA_VERSION (default 4.2.2),
-BOOTSTRAP (default 127.0.0.1:9092), JAVA_OPTS (contender JVMs; default -Xms64m -Xmx512m).
+Environment: OURS_CMD (our worker; see README.md) and OURS_NAME (its label in the table);
+KAFKA_VERSION (default 4.2.2: the clients and tools; the broker at BOOTSTRAP is assumed to run it);
+BOOTSTRAP (default 127.0.0.1:9092); JAVA_OPTS (contender JVMs; default -Xms64m -Xmx512m).
 Python 3 standard library only.
 """
 
