@@ -1,0 +1,218 @@
+//! This project's contender for the side-by-side benchmark (`benches/sidebyside`, `OURS_CMD`).
+//!
+//! ```text
+//! bench_worker --bootstrap-server HOST:PORT --topic T --group G --records N --concurrency C
+//!              --handler noop|sleep:MS|heavy:FAST:SLOW:PCT
+//! ```
+//!
+//! Joins group `G` on `T`, runs `C` handlers at once and ACCEPTs each record when its handler
+//! finishes. Exits 0 once `N` records were handled and their acknowledgements answered, or on
+//! SIGTERM / ctrl-c; prints one JSON summary line on stdout.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tower::service_fn;
+use worker_core::kafka::KafkaSource;
+use worker_core::{Job, Outcome, Worker};
+
+/// What each handler does.
+#[derive(Clone, Copy, Debug)]
+enum Handler {
+    Noop,
+    Sleep(Duration),
+    /// `pct` % of records (chosen by [`is_slow`]) take `slow`, the rest `fast`.
+    Heavy {
+        fast: Duration,
+        slow: Duration,
+        pct: u64,
+    },
+}
+
+impl Handler {
+    fn parse(spec: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = spec.split(':').collect();
+        let ms = |s: &str| {
+            s.parse::<u64>()
+                .map(Duration::from_millis)
+                .map_err(|_| format!("--handler {spec}: {s:?} is not a number of milliseconds"))
+        };
+        match parts.as_slice() {
+            ["noop"] => Ok(Handler::Noop),
+            ["sleep", delay] => Ok(Handler::Sleep(ms(delay)?)),
+            ["heavy", fast, slow, pct] => Ok(Handler::Heavy {
+                fast: ms(fast)?,
+                slow: ms(slow)?,
+                pct: pct
+                    .parse()
+                    .map_err(|_| format!("--handler {spec}: bad percentage {pct:?}"))?,
+            }),
+            _ => Err(format!(
+                "--handler {spec}: expected noop, sleep:MS or heavy:FAST:SLOW:PCT"
+            )),
+        }
+    }
+
+    fn delay(self, partition: i32, offset: i64) -> Option<Duration> {
+        match self {
+            Handler::Noop => None,
+            Handler::Sleep(delay) => Some(delay),
+            Handler::Heavy { fast, slow, pct } => Some(if is_slow(partition, offset, pct) {
+                slow
+            } else {
+                fast
+            }),
+        }
+    }
+}
+
+/// The benchmark's shared choice of slow records: a SplitMix64 finaliser of (partition, offset),
+/// identical to the Java contenders' so every contender gets the same slow records.
+fn is_slow(partition: i32, offset: i64, pct: u64) -> bool {
+    let mut z = (offset as u64)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(partition as i64 as u64);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    z % 100 < pct
+}
+
+#[derive(Debug)]
+struct Args {
+    bootstrap: String,
+    topic: String,
+    group: String,
+    records: u64,
+    concurrency: usize,
+    handler: Handler,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = std::env::args().skip(1);
+    let (mut bootstrap, mut topic, mut group) = (None, None, None);
+    let (mut records, mut concurrency, mut handler) = (None, 500, Handler::Noop);
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--bootstrap-server" => bootstrap = Some(value()?),
+            "--topic" => topic = Some(value()?),
+            "--group" => group = Some(value()?),
+            "--records" => {
+                records = Some(
+                    value()?
+                        .parse()
+                        .map_err(|_| "--records: expected a count")?,
+                )
+            }
+            "--concurrency" => {
+                concurrency = value()?
+                    .parse()
+                    .map_err(|_| "--concurrency: expected a count")?
+            }
+            "--handler" => handler = Handler::parse(&value()?)?,
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(Args {
+        bootstrap: bootstrap.ok_or("--bootstrap-server is required")?,
+        topic: topic.ok_or("--topic is required")?,
+        group: group.ok_or("--group is required")?,
+        records: records.ok_or("--records is required")?,
+        concurrency,
+        handler,
+    })
+}
+
+#[tokio::main]
+async fn main() {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(err) => {
+            eprintln!("bench_worker: {err}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(err) = run(args).await {
+        eprintln!("bench_worker: {err}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(args: Args) -> worker_core::Result<()> {
+    let started = Instant::now();
+    let source = KafkaSource::builder(&args.bootstrap, &args.group)
+        .topic(&args.topic)
+        .client_id("bench-worker")
+        .build()
+        .await?;
+    let handled = Arc::new(AtomicU64::new(0));
+    let counter = handled.clone();
+    let handler = args.handler;
+    let worker = Worker::builder(source)
+        .route(
+            args.topic.as_str(),
+            service_fn(move |job: Job| {
+                let delay = handler.delay(job.id().partition, job.id().offset);
+                let counter = counter.clone();
+                async move {
+                    if let Some(delay) = delay {
+                        tokio::time::sleep(delay).await;
+                    }
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    Ok::<_, Infallible>(Outcome::Accept)
+                }
+            }),
+        )
+        .concurrency(args.concurrency)
+        .max_poll_records(args.concurrency.min(u32::MAX as usize) as u32)
+        .build()?;
+
+    let shutdown = worker.shutdown_handle();
+    let target = args.records;
+    let watcher = tokio::spawn(async move {
+        while handled.load(Ordering::Relaxed) < target {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        shutdown.shutdown();
+    });
+    let summary = worker.run_until_signal().await?;
+    watcher.abort();
+    let elapsed = started.elapsed().as_secs_f64();
+    println!(
+        "{{\"contender\":\"share-worker\",\"records\":{},\"accepted\":{},\"elapsed_s\":{elapsed:.3},\"records_per_s\":{:.1},\"renewals\":{},\"ack_failures\":{}}}",
+        args.records,
+        summary.accepted,
+        summary.accepted as f64 / elapsed.max(1e-9),
+        summary.renewals,
+        summary.ack_failures.total(),
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_records_are_about_pct_percent() {
+        let slow = (0..10_000).filter(|&o| is_slow(0, o, 5)).count();
+        assert!((400..600).contains(&slow), "{slow}");
+    }
+
+    #[test]
+    fn handler_specs_parse() {
+        assert!(matches!(Handler::parse("noop"), Ok(Handler::Noop)));
+        assert!(
+            matches!(Handler::parse("sleep:50"), Ok(Handler::Sleep(d)) if d == Duration::from_millis(50))
+        );
+        assert!(matches!(
+            Handler::parse("heavy:20:2000:5"),
+            Ok(Handler::Heavy { pct: 5, .. })
+        ));
+        assert!(Handler::parse("sleep").is_err());
+        assert!(Handler::parse("heavy:1:x:5").is_err());
+    }
+}
