@@ -99,7 +99,8 @@ impl Outcome {
     /// The acknowledgement this outcome becomes without the failure policy (tests only: the
     /// runtime applies the policy).
     #[cfg(test)]
-    pub(crate) fn ack_kind(&self) -> AckKind {
+    pub(crate) fn ack_kind(&self) -> crate::source::AckKind {
+        use crate::source::AckKind;
         match self {
             Outcome::Accept => AckKind::Accept,
             Outcome::Retry { .. } => AckKind::Release,
