@@ -52,6 +52,7 @@
 pub mod dlq;
 mod error;
 mod job;
+pub mod kafka;
 mod outcome;
 pub mod policy;
 pub mod runtime;

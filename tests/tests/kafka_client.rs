@@ -1,0 +1,496 @@
+//! Integration tests of the native share-group client against a real broker
+//! (`scripts/kafka.sh start`; `KAFKA_BOOTSTRAP`, default 127.0.0.1:9092).
+//!
+//! Every test uses its own topic and group, so they can run in parallel. A missing broker fails the
+//! tests; nothing is skipped.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use rdkafka::ClientConfig;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use tokio::time::Instant;
+use worker_core::kafka::{Admin, KafkaSource};
+use worker_core::source::{AckError, AckKind, Delivery, ShareSource};
+
+fn bootstrap() -> String {
+    std::env::var("KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".to_string())
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A fresh topic and a share group reading it from the earliest offset.
+async fn setup(partitions: i32, lock_ms: Option<u32>) -> Result<(Admin, String, String)> {
+    let admin = Admin::connect(bootstrap())
+        .await
+        .context("broker not reachable")?;
+    let topic = unique("t");
+    let group = unique("g");
+    admin.create_topic(&topic, partitions, 1).await?;
+    admin
+        .set_group_config(&group, "share.auto.offset.reset", "earliest")
+        .await?;
+    if let Some(ms) = lock_ms {
+        admin
+            .set_group_config(&group, "share.record.lock.duration.ms", &ms.to_string())
+            .await?;
+    }
+    Ok((admin, topic, group))
+}
+
+fn producer(extra: &[(&str, &str)]) -> Result<FutureProducer> {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", bootstrap())
+        .set("linger.ms", "5");
+    for (k, v) in extra {
+        cfg.set(*k, *v);
+    }
+    Ok(cfg.create()?)
+}
+
+async fn produce_with(p: &FutureProducer, topic: &str, range: std::ops::Range<u32>) -> Result<()> {
+    let sends = range.map(|i| {
+        let payload = format!("v-{i}");
+        let key = format!("k-{i}");
+        async move {
+            p.send(
+                FutureRecord::to(topic)
+                    .payload(&payload)
+                    .key(&key)
+                    .partition(0),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)
+        }
+    });
+    for r in futures::future::join_all(sends).await {
+        r?;
+    }
+    Ok(())
+}
+
+async fn produce(topic: &str, n: u32) -> Result<()> {
+    let p = producer(&[])?;
+    produce_with(&p, topic, 0..n).await?;
+    p.flush(Duration::from_secs(10))?;
+    Ok(())
+}
+
+async fn source(group: &str, topic: &str) -> Result<KafkaSource> {
+    Ok(KafkaSource::builder(bootstrap(), group)
+        .topic(topic)
+        .max_wait(Duration::from_millis(200))
+        .build()
+        .await?)
+}
+
+/// Fetches until `want` records arrived or the deadline passes; checks the record_limit bound.
+async fn fetch_n(
+    src: &KafkaSource,
+    want: usize,
+    max: u32,
+    within: Duration,
+) -> Result<Vec<Delivery>> {
+    let deadline = Instant::now() + within;
+    let mut out = Vec::new();
+    while out.len() < want {
+        ensure!(
+            Instant::now() < deadline,
+            "got {} of {want} records before the deadline",
+            out.len()
+        );
+        let ask = max.min((want - out.len()) as u32);
+        let got = src.fetch(ask).await?;
+        ensure!(
+            got.len() <= ask as usize,
+            "asked for {ask}, got {}",
+            got.len()
+        );
+        out.extend(got);
+    }
+    Ok(out)
+}
+
+async fn wait_lag_zero(admin: &Admin, group: &str, topic: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let lag = admin.share_group_lag(group, topic).await?;
+        if lag == 0 {
+            return Ok(());
+        }
+        ensure!(Instant::now() < deadline, "lag still {lag} after 30s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn ack_all(src: &KafkaSource, records: &[Delivery], kind: AckKind) -> Result<()> {
+    let receipts: Vec<_> = records
+        .iter()
+        .map(|d| src.acknowledge(&d.id, kind))
+        .collect();
+    for (d, r) in records
+        .iter()
+        .zip(futures::future::join_all(receipts).await)
+    {
+        r.with_context(|| format!("ack of {}", d.id))?;
+    }
+    Ok(())
+}
+
+/// Done-when 1: join, fetch 1,000 in record_limit mode, never more than asked, each once, all
+/// accepted, lag 0.
+#[tokio::test]
+async fn fetches_a_thousand_records_within_the_limit_and_reaches_lag_zero() -> Result<()> {
+    let (admin, topic, group) = setup(1, None).await?;
+    produce(&topic, 1000).await?;
+    let src = source(&group, &topic).await?;
+    let records = fetch_n(&src, 1000, 37, Duration::from_secs(60)).await?;
+    let before = admin.share_group_lag(&group, &topic).await?;
+    ensure!(before > 0, "lag before acknowledging is {before}");
+    let offsets: HashSet<i64> = records.iter().map(|d| d.id.offset).collect();
+    ensure!(
+        offsets.len() == 1000,
+        "duplicates: {} unique of {}",
+        offsets.len(),
+        records.len()
+    );
+    ensure!(records.iter().all(|d| d.delivery_count == 1));
+    let d = &records[0];
+    ensure!(d.value.as_deref() == Some(format!("v-{}", d.id.offset).as_bytes()));
+    ensure!(d.key.as_deref() == Some(format!("k-{}", d.id.offset).as_bytes()));
+    ensure!(d.lock_duration > Duration::ZERO);
+    ack_all(&src, &records, AckKind::Accept).await?;
+    wait_lag_zero(&admin, &group, &topic).await?;
+    ensure!(src.fetch(10).await?.is_empty());
+    src.close().await?;
+    Ok(())
+}
+
+/// Fetches until `pred` holds for a fetched record, acknowledging nothing; returns that record and
+/// everything else fetched on the way.
+async fn fetch_until(
+    src: &KafkaSource,
+    within: Duration,
+    mut pred: impl FnMut(&Delivery) -> bool,
+) -> Result<(Delivery, Vec<Delivery>)> {
+    let deadline = Instant::now() + within;
+    let mut others = Vec::new();
+    loop {
+        ensure!(
+            Instant::now() < deadline,
+            "condition not met within {within:?}"
+        );
+        for d in src.fetch(10).await? {
+            if pred(&d) {
+                return Ok((d, others));
+            }
+            others.push(d);
+        }
+    }
+}
+
+/// Done-when 2: RELEASE brings the record back with delivery count 2; REJECT never does.
+#[tokio::test]
+async fn release_redelivers_and_reject_archives() -> Result<()> {
+    let (admin, topic, group) = setup(1, None).await?;
+    produce(&topic, 2).await?;
+    let src = source(&group, &topic).await?;
+    let mut got = fetch_n(&src, 2, 2, Duration::from_secs(30)).await?;
+    got.sort_by_key(|d| d.id.offset);
+    src.acknowledge(&got[0].id, AckKind::Release).await?;
+    src.acknowledge(&got[1].id, AckKind::Reject).await?;
+    let (again, others) = fetch_until(&src, Duration::from_secs(15), |d| {
+        d.id.offset == got[0].id.offset
+    })
+    .await?;
+    ensure!(others.is_empty(), "unexpected records: {others:?}");
+    ensure!(
+        again.delivery_count == 2,
+        "delivery count {}",
+        again.delivery_count
+    );
+    src.acknowledge(&again.id, AckKind::Accept).await?;
+    wait_lag_zero(&admin, &group, &topic).await?;
+    // The rejected record never comes back.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        let got = src.fetch(10).await?;
+        ensure!(got.is_empty(), "rejected record came back: {got:?}");
+    }
+    src.close().await?;
+    Ok(())
+}
+
+/// Done-when 3: with 100 records acquired and unacknowledged a further fetch acquires more; acks
+/// sent later, in any order, are all accepted.
+#[tokio::test]
+async fn fetches_pipeline_while_records_are_held() -> Result<()> {
+    let (admin, topic, group) = setup(1, None).await?;
+    produce(&topic, 300).await?;
+    let src = source(&group, &topic).await?;
+    let first = fetch_n(&src, 100, 100, Duration::from_secs(30)).await?;
+    let second = fetch_n(&src, 100, 100, Duration::from_secs(30)).await?;
+    let mut held: Vec<Delivery> = first.into_iter().chain(second).collect();
+    let unique: HashSet<i64> = held.iter().map(|d| d.id.offset).collect();
+    ensure!(
+        unique.len() == 200,
+        "{} unique of {}",
+        unique.len(),
+        held.len()
+    );
+    // Any order: odd offsets descending, then even ones ascending.
+    held.sort_by_key(|d| {
+        (
+            d.id.offset % 2 == 0,
+            if d.id.offset % 2 == 1 {
+                -d.id.offset
+            } else {
+                d.id.offset
+            },
+        )
+    });
+    ack_all(&src, &held, AckKind::Accept).await?;
+    let rest = fetch_n(&src, 100, 64, Duration::from_secs(30)).await?;
+    ensure!(rest.iter().all(|d| !unique.contains(&d.id.offset)));
+    ack_all(&src, &rest, AckKind::Accept).await?;
+    wait_lag_zero(&admin, &group, &topic).await?;
+    src.close().await?;
+    Ok(())
+}
+
+/// Done-when 4: RENEW keeps a record past three lock durations with delivery count 1; without
+/// renewing it comes back with count 2.
+#[tokio::test]
+async fn renew_keeps_the_lock_and_its_absence_loses_it() -> Result<()> {
+    let (admin, topic, group) = setup(1, Some(2000)).await?;
+    produce(&topic, 1).await?;
+    let src = source(&group, &topic).await?;
+    let watcher = source(&group, &topic).await?;
+    let held = fetch_n(&src, 1, 1, Duration::from_secs(30))
+        .await?
+        .remove(0);
+    ensure!(
+        held.lock_duration == Duration::from_millis(2000),
+        "lock {:?}",
+        held.lock_duration
+    );
+    let until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < until {
+        src.renew(&held.id).await.context("renew")?;
+        let deadline = Instant::now() + Duration::from_millis(700);
+        while Instant::now() < deadline {
+            let seen = watcher.fetch(10).await?;
+            ensure!(seen.is_empty(), "renewed record was redelivered: {seen:?}");
+        }
+    }
+    src.acknowledge(&held.id, AckKind::Accept)
+        .await
+        .context("accept after renewing")?;
+    wait_lag_zero(&admin, &group, &topic).await?;
+
+    // Without renewing, the lock runs out and the record comes back with count 2.
+    produce(&topic, 1).await?;
+    let lapsed = fetch_n(&src, 1, 1, Duration::from_secs(30))
+        .await?
+        .remove(0);
+    ensure!(lapsed.delivery_count == 1);
+    let (back, _) = fetch_until(&src, Duration::from_secs(15), |d| {
+        d.id.offset == lapsed.id.offset
+    })
+    .await?;
+    ensure!(
+        back.delivery_count == 2,
+        "delivery count {}",
+        back.delivery_count
+    );
+    // The old acquisition is gone: acknowledging it fails, acknowledging the new one works.
+    src.acknowledge(&back.id, AckKind::Accept).await?;
+    wait_lag_zero(&admin, &group, &topic).await?;
+    src.close().await?;
+    watcher.close().await?;
+    Ok(())
+}
+
+/// Done-when 5: two clients on one partition both receive records, together all, none twice.
+#[tokio::test]
+async fn two_clients_share_one_partition() -> Result<()> {
+    let (admin, topic, group) = setup(1, None).await?;
+    produce(&topic, 400).await?;
+    let a = source(&group, &topic).await?;
+    let b = source(&group, &topic).await?;
+    let mut seen: HashMap<i64, usize> = HashMap::new();
+    let mut per_client = [0usize; 2];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen.len() < 400 {
+        ensure!(
+            Instant::now() < deadline,
+            "only {} of 400 records",
+            seen.len()
+        );
+        for (i, src) in [&a, &b].into_iter().enumerate() {
+            let got = src.fetch(10).await?;
+            per_client[i] += got.len();
+            for d in &got {
+                *seen.entry(d.id.offset).or_default() += 1;
+            }
+            ack_all(src, &got, AckKind::Accept).await?;
+        }
+    }
+    ensure!(
+        per_client[0] > 0 && per_client[1] > 0,
+        "work split {per_client:?}"
+    );
+    ensure!(
+        seen.values().all(|&n| n == 1),
+        "a record reached both clients"
+    );
+    wait_lag_zero(&admin, &group, &topic).await?;
+    a.close().await?;
+    b.close().await?;
+    Ok(())
+}
+
+/// Done-when 6: every compression, plus an aborted transaction: only committed records arrive,
+/// the other acquired offsets are GAP-acknowledged and the lag reaches 0.
+#[tokio::test]
+async fn compressed_and_transactional_records() -> Result<()> {
+    let (admin, topic, group) = setup(1, None).await?;
+    admin
+        .set_group_config(&group, "share.isolation.level", "read_committed")
+        .await?;
+    let mut expected = HashSet::new();
+    let mut next = 0u32;
+    for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+        let p = producer(&[("compression.type", codec)])?;
+        produce_with(&p, &topic, next..next + 20).await?;
+        p.flush(Duration::from_secs(10))?;
+        expected.extend((next..next + 20).map(|i| format!("v-{i}")));
+        next += 20;
+    }
+    let tx = producer(&[
+        ("transactional.id", &unique("tx")),
+        ("compression.type", "lz4"),
+    ])?;
+    tx.init_transactions(Duration::from_secs(30))?;
+    tx.begin_transaction()?;
+    produce_with(&tx, &topic, 1000..1010).await?;
+    tx.abort_transaction(Duration::from_secs(30))?;
+    tx.begin_transaction()?;
+    produce_with(&tx, &topic, next..next + 10).await?;
+    tx.commit_transaction(Duration::from_secs(30))?;
+    expected.extend((next..next + 10).map(|i| format!("v-{i}")));
+
+    let src = source(&group, &topic).await?;
+    let got = fetch_n(&src, expected.len(), 25, Duration::from_secs(60)).await?;
+    let values: HashSet<String> = got
+        .iter()
+        .map(|d| String::from_utf8_lossy(d.value.as_deref().unwrap_or_default()).into_owned())
+        .collect();
+    ensure!(
+        values == expected,
+        "unexpected values: {:?}",
+        values.symmetric_difference(&expected).collect::<Vec<_>>()
+    );
+    ack_all(&src, &got, AckKind::Accept).await?;
+    // Control records and aborted offsets are GAP-acknowledged: the lag reaches 0 and nothing else
+    // is ever delivered.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let extra = src.fetch(50).await?;
+        ensure!(
+            extra.is_empty(),
+            "uncommitted or duplicate records delivered: {extra:?}"
+        );
+        if admin.share_group_lag(&group, &topic).await? == 0 {
+            break;
+        }
+        ensure!(Instant::now() < deadline, "lag did not reach 0");
+    }
+    src.close().await?;
+    Ok(())
+}
+
+/// Done-when 7: a dropped connection loses the session: acks for it fail (SessionLost), the client
+/// reopens at epoch 0 and keeps consuming.
+#[tokio::test]
+async fn session_loss_fails_acks_and_consumption_resumes() -> Result<()> {
+    let (admin, topic, group) = setup(1, None).await?;
+    produce(&topic, 20).await?;
+    let src = source(&group, &topic).await?;
+    let held = fetch_n(&src, 10, 10, Duration::from_secs(30)).await?;
+    src.__drop_connections();
+    let results =
+        futures::future::join_all(held.iter().map(|d| src.acknowledge(&d.id, AckKind::Accept)))
+            .await;
+    for r in &results {
+        ensure!(
+            *r == Err(AckError::SessionLost),
+            "ack for a lost session: {r:?}"
+        );
+    }
+    // The broker released them; the client reopens the session and gets everything.
+    let mut counts: BTreeMap<i64, u16> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while counts.len() < 20 {
+        ensure!(
+            Instant::now() < deadline,
+            "only {} of 20 records after the session loss",
+            counts.len()
+        );
+        let got = src.fetch(10).await?;
+        for d in &got {
+            counts.insert(d.id.offset, d.delivery_count);
+        }
+        ack_all(&src, &got, AckKind::Accept).await?;
+    }
+    for d in &held {
+        ensure!(
+            counts[&d.id.offset] == 2,
+            "{} came back with count {}",
+            d.id,
+            counts[&d.id.offset]
+        );
+    }
+    wait_lag_zero(&admin, &group, &topic).await?;
+    src.close().await?;
+    Ok(())
+}
+
+/// Done-when 8: close flushes, closes the share session and leaves; unacknowledged records go to
+/// another member at once, not after the (30 s) lock expires.
+#[tokio::test]
+async fn close_releases_held_records_at_once() -> Result<()> {
+    let (admin, topic, group) = setup(1, Some(30_000)).await?;
+    produce(&topic, 10).await?;
+    let a = source(&group, &topic).await?;
+    let got = fetch_n(&a, 10, 10, Duration::from_secs(30)).await?;
+    // Half are settled in flight with the close; half are left for the close to release.
+    let receipts: Vec<_> = got[..5]
+        .iter()
+        .map(|d| a.acknowledge(&d.id, AckKind::Accept))
+        .collect();
+    let b = source(&group, &topic).await?;
+    let closed_at = Instant::now();
+    a.close().await?;
+    for r in futures::future::join_all(receipts).await {
+        r.context("ack flushed by close")?;
+    }
+    ensure!(a.acknowledge(&got[5].id, AckKind::Accept).await == Err(AckError::Closed));
+    ensure!(a.fetch(1).await.is_err(), "fetch after close");
+    let want: HashSet<i64> = got[5..].iter().map(|d| d.id.offset).collect();
+    let back = fetch_n(&b, 5, 10, Duration::from_secs(10)).await?;
+    let back_offsets: HashSet<i64> = back.iter().map(|d| d.id.offset).collect();
+    ensure!(back_offsets == want, "got {back_offsets:?}, want {want:?}");
+    ensure!(
+        closed_at.elapsed() < Duration::from_secs(15),
+        "records came back only after the lock expired"
+    );
+    ack_all(&b, &back, AckKind::Accept).await?;
+    wait_lag_zero(&admin, &group, &topic).await?;
+    b.close().await?;
+    Ok(())
+}

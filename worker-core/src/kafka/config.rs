@@ -1,0 +1,155 @@
+//! Configuration of a [`KafkaSource`](super::KafkaSource) and its builder.
+
+use std::time::Duration;
+
+use crate::{Error, ErrorKind, Result};
+
+/// Settings of a [`KafkaSource`](super::KafkaSource). Build it with [`KafkaSourceBuilder`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct KafkaConfig {
+    /// Bootstrap brokers, `host:port`.
+    pub bootstrap: Vec<String>,
+    /// The share group to join.
+    pub group: String,
+    /// The topics to subscribe to (at least one).
+    pub topics: Vec<String>,
+    /// The client id sent in every request header.
+    pub client_id: String,
+    /// How long a fetch may wait for records (MaxWaitMs). Acknowledgements queued during a waiting
+    /// fetch wait at most this long; a fetch sent while acknowledgements are queued does not wait.
+    pub max_wait: Duration,
+    /// MaxBytes of a fetch.
+    pub max_bytes: i32,
+    /// The largest response frame accepted from a broker.
+    pub max_frame_bytes: usize,
+    /// The largest size one record batch may decompress to.
+    pub max_batch_bytes: usize,
+    /// How long a broker may take to answer, beyond a fetch's own wait.
+    pub request_timeout: Duration,
+    /// How old metadata (leaders) may get before a fetch refreshes it.
+    pub metadata_max_age: Duration,
+}
+
+impl KafkaConfig {
+    /// Defaults for `bootstrap` (comma-separated `host:port` list) and `group`.
+    pub fn new(bootstrap: impl Into<String>, group: impl Into<String>) -> Self {
+        Self {
+            bootstrap: bootstrap
+                .into()
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            group: group.into(),
+            topics: Vec::new(),
+            client_id: "share-worker".to_string(),
+            max_wait: Duration::from_millis(500),
+            max_bytes: 50 * 1024 * 1024,
+            max_frame_bytes: 100 * 1024 * 1024,
+            max_batch_bytes: 64 * 1024 * 1024,
+            request_timeout: Duration::from_secs(30),
+            metadata_max_age: Duration::from_secs(30),
+        }
+    }
+
+    /// Checks every setting; the message names the key and what was expected.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |key: &str, expected: &str| {
+            Err(Error::new(
+                ErrorKind::Config,
+                format!("kafka.{key}: expected {expected}"),
+            ))
+        };
+        if self.bootstrap.is_empty() {
+            return bad("bootstrap", "at least one host:port");
+        }
+        if self.group.is_empty() {
+            return bad("group", "a non-empty share group id");
+        }
+        if self.topics.is_empty() || self.topics.iter().any(String::is_empty) {
+            return bad("topics", "at least one non-empty topic name");
+        }
+        if self.max_wait > Duration::from_secs(60) {
+            return bad("max_wait", "at most 60s");
+        }
+        if self.max_bytes <= 0 {
+            return bad("max_bytes", "a positive size");
+        }
+        if self.max_frame_bytes < 1024 {
+            return bad("max_frame_bytes", "at least 1024");
+        }
+        if self.max_batch_bytes < 1024 {
+            return bad("max_batch_bytes", "at least 1024");
+        }
+        if self.request_timeout.is_zero() {
+            return bad("request_timeout", "a positive duration");
+        }
+        Ok(())
+    }
+}
+
+/// Builds a [`KafkaSource`](super::KafkaSource).
+///
+/// ```no_run
+/// # async fn run() -> worker_core::Result<()> {
+/// use worker_core::kafka::KafkaSource;
+/// let source = KafkaSource::builder("127.0.0.1:9092", "sms-workers")
+///     .topic("sms")
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct KafkaSourceBuilder {
+    config: KafkaConfig,
+}
+
+impl KafkaSourceBuilder {
+    /// A builder with defaults for `bootstrap` and `group`.
+    pub fn new(bootstrap: impl Into<String>, group: impl Into<String>) -> Self {
+        Self {
+            config: KafkaConfig::new(bootstrap, group),
+        }
+    }
+
+    /// Subscribes to one more topic.
+    pub fn topic(mut self, topic: impl Into<String>) -> Self {
+        self.config.topics.push(topic.into());
+        self
+    }
+
+    /// Sets the client id.
+    pub fn client_id(mut self, client_id: impl Into<String>) -> Self {
+        self.config.client_id = client_id.into();
+        self
+    }
+
+    /// Sets how long a fetch may wait for records.
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.config.max_wait = max_wait;
+        self
+    }
+
+    /// Sets MaxBytes of a fetch.
+    pub fn max_bytes(mut self, max_bytes: i32) -> Self {
+        self.config.max_bytes = max_bytes;
+        self
+    }
+
+    /// Sets how long a broker may take to answer.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.config.request_timeout = timeout;
+        self
+    }
+
+    /// The configuration built so far.
+    pub fn config(&self) -> &KafkaConfig {
+        &self.config
+    }
+
+    /// Validates the configuration, connects and joins the group.
+    pub async fn build(self) -> Result<super::KafkaSource> {
+        super::KafkaSource::connect(self.config).await
+    }
+}

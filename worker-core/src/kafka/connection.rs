@@ -1,0 +1,217 @@
+//! One TCP connection to one broker: size-prefixed frames, request header v2, correlation ids and
+//! ApiVersions negotiation. One request is in flight at a time (a broker handles one request per
+//! connection at a time anyway).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::ApiKey;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufStream};
+use tokio::net::TcpStream;
+
+use super::wire::{Reader, malformed, put_compact_string, put_empty_tags};
+use crate::{Error, ErrorKind, Result};
+
+/// API key of ApiVersions.
+const API_VERSIONS: i16 = 18;
+
+/// How a connection is set up.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectOptions {
+    pub(crate) client_id: String,
+    /// Largest response frame accepted.
+    pub(crate) max_frame: usize,
+    /// Deadline for connecting and for each request beyond its own wait time.
+    pub(crate) request_timeout: Duration,
+}
+
+/// A connected, negotiated broker connection.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    stream: BufStream<TcpStream>,
+    addr: String,
+    correlation: i32,
+    options: ConnectOptions,
+    versions: HashMap<i16, (i16, i16)>,
+    /// Set while a request is on the wire; a connection left broken by a cancelled call is unusable.
+    broken: bool,
+}
+
+impl Connection {
+    /// Connects to `addr` and negotiates API versions.
+    pub(crate) async fn connect(addr: &str, options: &ConnectOptions) -> Result<Self> {
+        let stream = tokio::time::timeout(options.request_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| Error::new(ErrorKind::Io, format!("connecting to {addr} timed out")))?
+            .map_err(|e| {
+                Error::new(ErrorKind::Io, format!("cannot connect to {addr}")).with_source(e)
+            })?;
+        stream.set_nodelay(true)?;
+        let mut conn = Connection {
+            stream: BufStream::new(stream),
+            addr: addr.to_string(),
+            correlation: 0,
+            options: options.clone(),
+            versions: HashMap::new(),
+            broken: false,
+        };
+        let mut body = BytesMut::new();
+        put_compact_string(&mut body, Some("share-worker"));
+        put_compact_string(&mut body, Some(env!("CARGO_PKG_VERSION")));
+        put_empty_tags(&mut body);
+        let resp = conn.call(API_VERSIONS, 3, &body, Duration::ZERO).await?;
+        conn.versions = decode_api_versions(resp)?;
+        Ok(conn)
+    }
+
+    /// Whether a cancelled or failed call left the connection unusable.
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// The highest version of `api_key` in `ours` that the broker supports too.
+    pub(crate) fn version(&self, api_key: i16, ours: (i16, i16)) -> Result<i16> {
+        let (min, max) = self.versions.get(&api_key).copied().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Unsupported,
+                format!("broker {} does not support API {api_key}", self.addr),
+            )
+        })?;
+        let v = max.min(ours.1);
+        if v < min.max(ours.0) {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "broker {} supports API {api_key} v{min}-{max}, we need v{}-{}",
+                    self.addr, ours.0, ours.1
+                ),
+            ));
+        }
+        Ok(v)
+    }
+
+    /// Fails unless the broker has the v2 share RPCs (Kafka 4.2+).
+    pub(crate) fn require_share_v2(&self) -> Result<()> {
+        for key in [super::codec::SHARE_FETCH, super::codec::SHARE_ACKNOWLEDGE] {
+            if self.version(key, (2, 2)).is_err() {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!(
+                        "broker {} lacks ShareFetch/ShareAcknowledge v2: share groups with RENEW need Kafka 4.2+",
+                        self.addr
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends one request and returns the response body. `wait` is how long the broker may hold the
+    /// request on purpose (MaxWaitMs); the request timeout comes on top.
+    pub(crate) async fn call(
+        &mut self,
+        api_key: i16,
+        version: i16,
+        body: &[u8],
+        wait: Duration,
+    ) -> Result<Bytes> {
+        if self.broken {
+            return Err(Error::new(
+                ErrorKind::Io,
+                format!("connection to {} is broken", self.addr),
+            ));
+        }
+        self.broken = true;
+        let deadline = self.options.request_timeout + wait;
+        let result = tokio::time::timeout(deadline, self.exchange(api_key, version, body))
+            .await
+            .map_err(|_| {
+                Error::new(
+                    ErrorKind::Io,
+                    format!(
+                        "request {api_key} to {} timed out after {deadline:?}",
+                        self.addr
+                    ),
+                )
+            })?;
+        let resp = result?;
+        self.broken = false;
+        Ok(resp)
+    }
+
+    async fn exchange(&mut self, api_key: i16, version: i16, body: &[u8]) -> Result<Bytes> {
+        let key = ApiKey::try_from(api_key)
+            .map_err(|_| Error::new(ErrorKind::Protocol, format!("unknown API key {api_key}")))?;
+        let request_header = key.request_header_version(version);
+        let response_header = key.response_header_version(version);
+        self.correlation = self.correlation.wrapping_add(1);
+        let correlation = self.correlation;
+
+        let mut head = BytesMut::with_capacity(32);
+        head.put_i16(api_key);
+        head.put_i16(version);
+        head.put_i32(correlation);
+        head.put_i16(self.options.client_id.len() as i16);
+        head.put_slice(self.options.client_id.as_bytes());
+        if request_header >= 2 {
+            put_empty_tags(&mut head);
+        }
+        let size = i32::try_from(head.len() + body.len())
+            .map_err(|_| Error::new(ErrorKind::Protocol, "request too large"))?;
+        self.stream.write_i32(size).await?;
+        self.stream.write_all(&head).await?;
+        self.stream.write_all(body).await?;
+        self.stream.flush().await?;
+
+        let size = self.stream.read_i32().await?;
+        let size =
+            usize::try_from(size).map_err(|_| malformed(format_args!("frame size {size}")))?;
+        if size > self.options.max_frame {
+            return Err(malformed(format_args!(
+                "frame of {size} bytes exceeds the cap of {}",
+                self.options.max_frame
+            )));
+        }
+        let mut frame = vec![0u8; size];
+        self.stream.read_exact(&mut frame).await?;
+        let mut r = Reader::new(Bytes::from(frame));
+        let got = r.i32()?;
+        if got != correlation {
+            return Err(malformed(format_args!(
+                "correlation id {got}, expected {correlation}"
+            )));
+        }
+        if response_header >= 1 {
+            r.skip_tags()?;
+        }
+        let rest = r.remaining();
+        r.bytes(rest)
+    }
+}
+
+/// Decodes an ApiVersions v3 response into key → (min, max).
+pub(crate) fn decode_api_versions(body: Bytes) -> Result<HashMap<i16, (i16, i16)>> {
+    let mut r = Reader::new(body);
+    let error = r.i16()?;
+    if error != 0 {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "ApiVersions failed with error {error}: the broker is too old (Kafka 4.2+ needed)"
+            ),
+        ));
+    }
+    let n = r.compact_array_len(7)?;
+    let mut out = HashMap::with_capacity(n);
+    for _ in 0..n {
+        let key = r.i16()?;
+        let min = r.i16()?;
+        let max = r.i16()?;
+        r.skip_tags()?;
+        out.insert(key, (min, max));
+    }
+    let _throttle = r.i32()?;
+    r.skip_tags()?;
+    Ok(out)
+}

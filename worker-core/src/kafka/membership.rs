@@ -1,0 +1,242 @@
+//! Share-group membership: join, heartbeat and leave (ShareGroupHeartbeat) on a background task.
+//!
+//! The assignment in each response is the full set and applies at once. FENCED_MEMBER_EPOCH and
+//! UNKNOWN_MEMBER_ID drop the assignment and rejoin at epoch 0 with the same member id; errors that
+//! cannot be retried end the task with a message that says what is wrong.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::cluster::Cluster;
+use super::connection::Connection;
+use super::messages::{self, Heartbeat};
+use crate::{Error, ErrorKind, Result};
+
+/// Topic id → assigned partitions.
+pub(crate) type Assignment = Vec<(Uuid, Vec<i32>)>;
+
+/// What the rest of the client sees of the membership.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MemberState {
+    /// The member epoch; 0 while (re)joining.
+    pub(crate) epoch: i32,
+    /// The current assignment (empty until the first one arrives).
+    pub(crate) assignment: Arc<Assignment>,
+    /// Set when the membership ended with an error that cannot be retried.
+    pub(crate) fatal: Option<(ErrorKind, String)>,
+    /// The last error the coordinator reported that does not end the membership.
+    pub(crate) warning: Option<String>,
+}
+
+/// What a member is.
+#[derive(Debug, Clone)]
+pub(crate) struct MemberSpec {
+    pub(crate) group: String,
+    pub(crate) member_id: String,
+    pub(crate) topics: Vec<String>,
+}
+
+/// The message for a heartbeat error that ends the membership, or `None` if it can be retried.
+pub(crate) fn fatal_error(
+    group: &str,
+    code: i16,
+    message: Option<&str>,
+) -> Option<(ErrorKind, String)> {
+    let detail = message.map(|m| format!(" ({m})")).unwrap_or_default();
+    let (kind, text) = match code {
+        69 => (
+            ErrorKind::Group,
+            format!("group {group} is a consumer or classic group, not a share group"),
+        ),
+        35 => (
+            ErrorKind::Unsupported,
+            "the broker does not support share groups (share groups off, or Kafka older than 4.2)"
+                .to_string(),
+        ),
+        81 => (
+            ErrorKind::Group,
+            format!("share group {group} is full (group.share.max.size)"),
+        ),
+        30 => (
+            ErrorKind::Authorization,
+            format!("not authorized to join group {group}"),
+        ),
+        42 => (
+            ErrorKind::Group,
+            format!("the coordinator rejected the heartbeat of group {group}"),
+        ),
+        _ => return None,
+    };
+    Some((kind, format!("{text}{detail}")))
+}
+
+/// Starts the heartbeat task. Cancelling `cancel` makes it leave the group (epoch -1) and end.
+pub(crate) fn spawn(
+    spec: MemberSpec,
+    cluster: Arc<Cluster>,
+    cancel: CancellationToken,
+) -> (watch::Receiver<MemberState>, JoinHandle<()>) {
+    let (tx, rx) = watch::channel(MemberState::default());
+    let task = tokio::spawn(run(spec, cluster, cancel, tx));
+    (rx, task)
+}
+
+async fn heartbeat(
+    conn: &mut Connection,
+    spec: &MemberSpec,
+    epoch: i32,
+    topics: bool,
+) -> Result<Heartbeat> {
+    let body = messages::encode_heartbeat(
+        &spec.group,
+        &spec.member_id,
+        epoch,
+        topics.then_some(spec.topics.as_slice()),
+    )?;
+    let v = conn
+        .version(messages::SHARE_GROUP_HEARTBEAT, (1, 1))
+        .map_err(|_| {
+            Error::new(
+                ErrorKind::Unsupported,
+                "the broker has no ShareGroupHeartbeat v1: share groups need Kafka 4.2+",
+            )
+        })?;
+    let resp = conn
+        .call(messages::SHARE_GROUP_HEARTBEAT, v, &body, Duration::ZERO)
+        .await?;
+    messages::decode_heartbeat(resp)
+}
+
+async fn coordinator(cluster: &Cluster, group: &str) -> Result<Connection> {
+    let c = cluster.find_coordinator(group).await?;
+    if c.error_code != 0 {
+        return Err(Error::new(
+            ErrorKind::Broker,
+            format!(
+                "FindCoordinator for {group} failed with error {}",
+                c.error_code
+            ),
+        ));
+    }
+    Connection::connect(&c.addr, &cluster.options).await
+}
+
+async fn run(
+    spec: MemberSpec,
+    cluster: Arc<Cluster>,
+    cancel: CancellationToken,
+    tx: watch::Sender<MemberState>,
+) {
+    let mut conn: Option<Connection> = None;
+    let mut epoch = 0;
+    let mut send_topics = true;
+    let mut backoff = Duration::from_millis(100);
+    while !cancel.is_cancelled() {
+        let wait;
+        let result = match conn.as_mut() {
+            Some(c) => heartbeat(c, &spec, epoch, send_topics).await,
+            None => match coordinator(&cluster, &spec.group).await {
+                Ok(c) => {
+                    conn = Some(c);
+                    continue;
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match result {
+            Ok(hb) => match hb.error_code {
+                0 => {
+                    backoff = Duration::from_millis(100);
+                    epoch = hb.member_epoch;
+                    send_topics = false;
+                    wait = Duration::from_millis(
+                        u64::try_from(hb.interval_ms.max(100)).unwrap_or(5000),
+                    );
+                    tx.send_modify(|s| {
+                        s.epoch = epoch;
+                        s.warning = None;
+                        if let Some(a) = hb.assignment {
+                            s.assignment = Arc::new(a);
+                        }
+                    });
+                }
+                15 | 16 => {
+                    conn = None;
+                    wait = backoff;
+                }
+                14 => wait = backoff,
+                25 | 110 => {
+                    tracing::info!(group = %spec.group, code = hb.error_code, "fenced: rejoining with the same member id");
+                    epoch = 0;
+                    send_topics = true;
+                    tx.send_modify(|s| {
+                        s.epoch = 0;
+                        s.assignment = Arc::new(Vec::new());
+                    });
+                    wait = Duration::ZERO;
+                }
+                code => {
+                    if let Some(fatal) = fatal_error(&spec.group, code, hb.error_message.as_deref())
+                    {
+                        tracing::error!(group = %spec.group, "{}", fatal.1);
+                        tx.send_modify(|s| {
+                            s.fatal = Some(fatal);
+                            s.assignment = Arc::new(Vec::new());
+                        });
+                        return;
+                    }
+                    let text = format!(
+                        "heartbeat of group {} failed with error {code}{}",
+                        spec.group,
+                        hb.error_message
+                            .map(|m| format!(": {m}"))
+                            .unwrap_or_default()
+                    );
+                    tracing::warn!("{text}");
+                    tx.send_modify(|s| s.warning = Some(text));
+                    wait = backoff;
+                }
+            },
+            Err(e) => {
+                if e.kind() == ErrorKind::Unsupported {
+                    tx.send_modify(|s| s.fatal = Some((e.kind(), e.message().to_string())));
+                    return;
+                }
+                tracing::warn!(group = %spec.group, error = %e, "heartbeat failed; retrying");
+                conn = None;
+                wait = backoff;
+            }
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+    // Leave: epoch -1, after the share sessions were closed by the caller.
+    if epoch > 0 {
+        if conn.is_none() {
+            conn = coordinator(&cluster, &spec.group).await.ok();
+        }
+        if let Some(c) = conn.as_mut() {
+            match heartbeat(c, &spec, -1, false).await {
+                Ok(hb) if hb.error_code == 0 => {}
+                Ok(hb) => {
+                    tracing::warn!(group = %spec.group, code = hb.error_code, "leaving the group failed")
+                }
+                Err(e) => {
+                    tracing::warn!(group = %spec.group, error = %e, "leaving the group failed")
+                }
+            }
+        }
+    }
+    tx.send_modify(|s| {
+        s.epoch = -1;
+        s.assignment = Arc::new(Vec::new());
+    });
+}

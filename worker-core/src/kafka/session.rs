@@ -1,0 +1,747 @@
+//! One share session with one broker, driven by a background task.
+//!
+//! The driver owns the broker connection and the session epoch. It runs fetches handed to it by the
+//! source and flushes the acknowledgement and renewal queues (ShareAcknowledge v2) whenever no fetch
+//! is waiting to carry them. Every queued acknowledgement is answered: ok, the broker's error, or
+//! [`AckError::SessionLost`] when the session it belonged to is gone.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::acks::{self, GAP};
+use super::cluster::Cluster;
+use super::codec::{self, FetchParams, PartitionAcks, SessionKey, ShareResponse, TopicAcks};
+use super::connection::Connection;
+use super::records::{self, AcquiredRecord};
+use crate::source::{AckError, AckSender};
+use crate::{Error, ErrorKind, Result};
+
+/// Error codes that end a share session.
+const SESSION_ERRORS: [i16; 3] = [122, 123, 133];
+
+/// One acknowledgement or renewal waiting to be sent.
+#[derive(Debug)]
+pub(crate) struct PendingAck {
+    pub(crate) topic_id: Uuid,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
+    pub(crate) kind: i8,
+    /// The session generation that acquired the record.
+    pub(crate) generation: u32,
+    /// `None` for acknowledgements nobody waits for (GAP).
+    pub(crate) reply: Option<AckSender>,
+}
+
+impl PendingAck {
+    fn answer(self, result: Result<(), AckError>) {
+        if let Some(reply) = self.reply {
+            reply.send(result);
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct AckQueue {
+    acks: Vec<PendingAck>,
+    renews: Vec<PendingAck>,
+    closed: bool,
+}
+
+/// The part of a session the source touches directly.
+#[derive(Debug)]
+pub(crate) struct SessionShared {
+    node: i32,
+    generation: AtomicU32,
+    queue: Mutex<AckQueue>,
+    wake: Notify,
+    /// Set to make the driver drop its connection (tests of session loss).
+    disconnect: std::sync::atomic::AtomicBool,
+}
+
+impl SessionShared {
+    /// The generation of the current share session; leases of older ones cannot be acknowledged.
+    pub(crate) fn generation(&self) -> u32 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Queues an acknowledgement (or a renewal) and wakes the driver.
+    pub(crate) fn enqueue(&self, ack: PendingAck, renew: bool) {
+        let Ok(mut q) = self.queue.lock() else {
+            ack.answer(Err(AckError::Closed));
+            return;
+        };
+        if q.closed {
+            drop(q);
+            ack.answer(Err(AckError::Closed));
+            return;
+        }
+        if ack.generation != self.generation() {
+            drop(q);
+            ack.answer(Err(AckError::SessionLost));
+            return;
+        }
+        if renew {
+            q.renews.push(ack);
+        } else {
+            q.acks.push(ack);
+        }
+        drop(q);
+        self.wake.notify_one();
+    }
+
+    /// Makes the driver drop its connection (and with it the share session) before its next step.
+    pub(crate) fn disconnect(&self) {
+        self.disconnect.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    fn has_pending(&self) -> bool {
+        self.queue
+            .lock()
+            .map(|q| !q.acks.is_empty() || !q.renews.is_empty())
+            .unwrap_or(false)
+    }
+}
+
+/// A fetch for the driver to run.
+#[derive(Debug)]
+pub(crate) struct FetchJob {
+    /// Every assigned partition this broker leads: the session's partition set.
+    pub(crate) partitions: Vec<(Uuid, Vec<i32>)>,
+    pub(crate) max_records: u32,
+    pub(crate) max_wait: Duration,
+    pub(crate) reply: oneshot::Sender<Result<FetchOutcome>>,
+}
+
+/// What one fetch acquired.
+#[derive(Debug, Default)]
+pub(crate) struct FetchOutcome {
+    pub(crate) node: i32,
+    pub(crate) generation: u32,
+    pub(crate) sent_at: Option<Instant>,
+    pub(crate) lock_timeout: Duration,
+    pub(crate) records: Vec<(Uuid, i32, AcquiredRecord)>,
+    /// A partition reported that its leader moved: refresh metadata.
+    pub(crate) leader_moved: bool,
+}
+
+/// Settings of a session driver.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionConfig {
+    pub(crate) group: String,
+    pub(crate) member_id: String,
+    pub(crate) max_bytes: i32,
+    pub(crate) max_batch_bytes: usize,
+}
+
+/// The handle the source keeps per broker.
+#[derive(Debug)]
+pub(crate) struct SessionHandle {
+    pub(crate) shared: Arc<SessionShared>,
+    pub(crate) jobs: mpsc::Sender<FetchJob>,
+    pub(crate) task: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Starts the driver for broker `node`. Cancelling `cancel` closes the session (epoch -1) after
+/// flushing queued acknowledgements.
+pub(crate) fn spawn(
+    node: i32,
+    cluster: Arc<Cluster>,
+    config: SessionConfig,
+    cancel: CancellationToken,
+) -> SessionHandle {
+    let shared = Arc::new(SessionShared {
+        node,
+        generation: AtomicU32::new(1),
+        queue: Mutex::new(AckQueue::default()),
+        wake: Notify::new(),
+        disconnect: std::sync::atomic::AtomicBool::new(false),
+    });
+    let (tx, rx) = mpsc::channel(4);
+    let driver = Driver {
+        shared: shared.clone(),
+        cluster,
+        config,
+        conn: None,
+        epoch: 0,
+        in_session: BTreeSet::new(),
+        jobs: rx,
+        cancel,
+        backoff: Duration::from_millis(50),
+    };
+    SessionHandle {
+        shared,
+        jobs: tx,
+        task: Some(tokio::spawn(driver.run())),
+    }
+}
+
+/// Maps a partition-level acknowledgement error to what the runtime is told.
+pub(crate) fn ack_error(code: i16, message: Option<&str>) -> AckError {
+    match code {
+        121 => AckError::LockLost,
+        6 | 74 => AckError::LeaderMoved,
+        c if SESSION_ERRORS.contains(&c) => AckError::SessionLost,
+        code => AckError::Broker {
+            code,
+            message: message
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("error code {code}")),
+        },
+    }
+}
+
+fn next_epoch(epoch: i32) -> i32 {
+    if epoch == i32::MAX { 1 } else { epoch + 1 }
+}
+
+#[derive(Debug)]
+struct Driver {
+    shared: Arc<SessionShared>,
+    cluster: Arc<Cluster>,
+    config: SessionConfig,
+    conn: Option<Connection>,
+    epoch: i32,
+    in_session: BTreeSet<(Uuid, i32)>,
+    jobs: mpsc::Receiver<FetchJob>,
+    cancel: CancellationToken,
+    backoff: Duration,
+}
+
+/// Answers each acknowledgement from per-partition results; a partition the broker did not answer
+/// for is a failure, never a silent success.
+fn answer_all(taken: Vec<PendingAck>, results: &HashMap<(Uuid, i32), (i16, Option<String>)>) {
+    for ack in taken {
+        let result = match results.get(&(ack.topic_id, ack.partition)) {
+            Some((0, _)) => Ok(()),
+            Some((code, msg)) => Err(ack_error(*code, msg.as_deref())),
+            None => Err(AckError::Broker {
+                code: -1,
+                message: "the broker did not answer for the partition".into(),
+            }),
+        };
+        ack.answer(result);
+    }
+}
+
+fn fail_all(taken: Vec<PendingAck>, err: &AckError) {
+    for ack in taken {
+        ack.answer(Err(err.clone()));
+    }
+}
+
+/// Groups acknowledgements into merged per-partition batches.
+fn ack_topics(taken: &[PendingAck], listed: &mut BTreeMap<(Uuid, i32), Vec<(i64, i8)>>) {
+    for ack in taken {
+        listed
+            .entry((ack.topic_id, ack.partition))
+            .or_default()
+            .push((ack.offset, ack.kind));
+    }
+}
+
+fn to_topics(listed: BTreeMap<(Uuid, i32), Vec<(i64, i8)>>) -> Vec<TopicAcks> {
+    let mut topics: Vec<TopicAcks> = Vec::new();
+    for ((topic_id, partition), offsets) in listed {
+        let part = PartitionAcks {
+            partition,
+            batches: acks::merge(offsets),
+        };
+        match topics.last_mut() {
+            Some(t) if t.topic_id == topic_id => t.partitions.push(part),
+            _ => topics.push(TopicAcks {
+                topic_id,
+                partitions: vec![part],
+            }),
+        }
+    }
+    topics
+}
+
+impl Driver {
+    async fn run(mut self) {
+        loop {
+            let job = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => break,
+                job = self.jobs.recv() => match job {
+                    Some(job) => Some(job),
+                    None => break,
+                },
+                _ = self.shared.wake.notified() => None,
+            };
+            if self.shared.disconnect.swap(false, Ordering::AcqRel) && self.conn.is_some() {
+                tracing::info!(
+                    node = self.shared.node,
+                    "dropping the connection on request"
+                );
+                self.reset(true);
+            }
+            if let Some(job) = job {
+                let reply = job.reply;
+                let result = self
+                    .fetch(job.partitions, job.max_records, job.max_wait)
+                    .await;
+                let _ = reply.send(result);
+            }
+            self.send_acks(true).await;
+            if self.jobs.is_empty() {
+                self.send_acks(false).await;
+            }
+        }
+        self.close().await;
+    }
+
+    /// Drops the session: a new one opens at epoch 0 with a new generation; everything queued for
+    /// the old one fails with `SessionLost`.
+    fn reset(&mut self, drop_connection: bool) {
+        if drop_connection {
+            self.conn = None;
+        }
+        self.epoch = 0;
+        self.in_session.clear();
+        self.shared.generation.fetch_add(1, Ordering::AcqRel);
+        let generation = self.shared.generation();
+        let mut stale = Vec::new();
+        if let Ok(mut guard) = self.shared.queue.lock() {
+            let q = &mut *guard;
+            for list in [&mut q.acks, &mut q.renews] {
+                let (old, keep): (Vec<_>, Vec<_>) =
+                    list.drain(..).partition(|a| a.generation != generation);
+                *list = keep;
+                stale.extend(old);
+            }
+        }
+        fail_all(stale, &AckError::SessionLost);
+    }
+
+    fn take(&self, renew: bool) -> Vec<PendingAck> {
+        let generation = self.shared.generation();
+        let taken = match self.shared.queue.lock() {
+            Ok(mut q) => std::mem::take(if renew { &mut q.renews } else { &mut q.acks }),
+            Err(_) => Vec::new(),
+        };
+        let (ok, stale): (Vec<_>, Vec<_>) =
+            taken.into_iter().partition(|a| a.generation == generation);
+        fail_all(stale, &AckError::SessionLost);
+        ok
+    }
+
+    async fn ensure_connected(&mut self) -> Result<()> {
+        if self.conn.as_ref().is_some_and(|c| !c.is_broken()) {
+            return Ok(());
+        }
+        if self.conn.is_some() {
+            self.reset(true);
+        }
+        let node = self.shared.node;
+        let connected = async {
+            let conn = self.cluster.connect_node(node).await?;
+            conn.require_share_v2()?;
+            Ok::<_, Error>(conn)
+        }
+        .await;
+        match connected {
+            Ok(conn) => {
+                self.conn = Some(conn);
+                self.epoch = 0;
+                self.backoff = Duration::from_millis(50);
+                Ok(())
+            }
+            Err(e) => {
+                tokio::time::sleep(self.backoff).await;
+                self.backoff = (self.backoff * 2).min(Duration::from_secs(2));
+                Err(e)
+            }
+        }
+    }
+
+    async fn call(&mut self, api_key: i16, body: &[u8], wait: Duration) -> Result<bytes::Bytes> {
+        let conn = self
+            .conn
+            .as_mut()
+            .ok_or_else(|| Error::new(ErrorKind::Io, "not connected"))?;
+        conn.call(api_key, 2, body, wait).await
+    }
+
+    fn key(&self) -> SessionKey<'_> {
+        SessionKey {
+            group_id: &self.config.group,
+            member_id: &self.config.member_id,
+            epoch: self.epoch,
+        }
+    }
+
+    fn learn_endpoints<P>(&self, resp: &ShareResponse<P>) {
+        for e in &resp.endpoints {
+            self.cluster
+                .learn_broker(e.node_id, format!("{}:{}", e.host, e.port));
+        }
+    }
+
+    async fn fetch(
+        &mut self,
+        partitions: Vec<(Uuid, Vec<i32>)>,
+        max_records: u32,
+        max_wait: Duration,
+    ) -> Result<FetchOutcome> {
+        if let Err(e) = self.ensure_connected().await {
+            self.reset(true);
+            return Err(e);
+        }
+        let wanted: BTreeSet<(Uuid, i32)> = partitions
+            .iter()
+            .flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)))
+            .collect();
+        let taken = if self.epoch == 0 {
+            Vec::new()
+        } else {
+            self.take(false)
+        };
+        let mut listed: BTreeMap<(Uuid, i32), Vec<(i64, i8)>> = wanted
+            .iter()
+            .filter(|tp| self.epoch == 0 || !self.in_session.contains(tp))
+            .map(|tp| (*tp, Vec::new()))
+            .collect();
+        ack_topics(&taken, &mut listed);
+        let mut forgotten: BTreeMap<Uuid, Vec<i32>> = BTreeMap::new();
+        if self.epoch != 0 {
+            for (t, p) in self.in_session.difference(&wanted) {
+                if !listed.contains_key(&(*t, *p)) {
+                    forgotten.entry(*t).or_default().push(*p);
+                }
+            }
+        }
+        let listed_keys: Vec<(Uuid, i32)> = listed.keys().copied().collect();
+        let forgotten: Vec<(Uuid, Vec<i32>)> = forgotten.into_iter().collect();
+        let max_records = i32::try_from(max_records).unwrap_or(i32::MAX);
+        let wait = if self.shared.has_pending() {
+            Duration::ZERO
+        } else {
+            max_wait
+        };
+        let params = FetchParams {
+            max_wait_ms: i32::try_from(wait.as_millis()).unwrap_or(i32::MAX),
+            min_bytes: 1,
+            max_bytes: self.config.max_bytes,
+            max_records,
+            batch_size: max_records,
+            acquire_mode: codec::ACQUIRE_RECORD_LIMIT,
+            is_renew: false,
+        };
+        let body = codec::encode_share_fetch(self.key(), params, &to_topics(listed), &forgotten)?;
+        let sent_at = Instant::now();
+        let generation = self.shared.generation();
+        let resp = match self.call(codec::SHARE_FETCH, &body, wait).await {
+            Ok(bytes) => codec::decode_share_fetch(bytes),
+            Err(e) => Err(e),
+        };
+        let resp = match resp {
+            Ok(resp) => resp,
+            Err(e) => {
+                fail_all(taken, &AckError::SessionLost);
+                self.reset(true);
+                return Err(e);
+            }
+        };
+        self.learn_endpoints(&resp);
+        if resp.error_code != 0 {
+            let msg = resp.error_message.clone();
+            if SESSION_ERRORS.contains(&resp.error_code) {
+                tracing::warn!(
+                    node = self.shared.node,
+                    code = resp.error_code,
+                    "share session lost; reopening at epoch 0"
+                );
+                fail_all(taken, &AckError::SessionLost);
+                self.reset(false);
+                return Ok(FetchOutcome::default());
+            }
+            fail_all(taken, &ack_error(resp.error_code, msg.as_deref()));
+            return Err(Error::new(
+                ErrorKind::Broker,
+                format!(
+                    "ShareFetch to broker {} failed with error {}{}",
+                    self.shared.node,
+                    resp.error_code,
+                    msg.map(|m| format!(": {m}")).unwrap_or_default()
+                ),
+            ));
+        }
+        self.epoch = next_epoch(self.epoch);
+        for tp in listed_keys {
+            self.in_session.insert(tp);
+        }
+        for (t, ps) in &forgotten {
+            for p in ps {
+                self.in_session.remove(&(*t, *p));
+            }
+        }
+        let mut outcome = FetchOutcome {
+            node: self.shared.node,
+            generation,
+            sent_at: Some(sent_at),
+            lock_timeout: Duration::from_millis(u64::try_from(resp.lock_timeout_ms).unwrap_or(0)),
+            ..FetchOutcome::default()
+        };
+        let mut results = HashMap::new();
+        let mut gaps = Vec::new();
+        for (topic_id, parts) in resp.topics {
+            for part in parts {
+                results.insert(
+                    (topic_id, part.partition),
+                    (part.ack_error_code, part.ack_error_message.clone()),
+                );
+                if part.error_code != 0 {
+                    if matches!(part.error_code, 6 | 74) {
+                        outcome.leader_moved = true;
+                    }
+                    tracing::warn!(node = self.shared.node, %topic_id, partition = part.partition, code = part.error_code, leader = part.leader_id, message = ?part.error_message, "share fetch partition error");
+                }
+                match records::decode_partition(
+                    part.records,
+                    &part.acquired,
+                    self.config.max_batch_bytes,
+                ) {
+                    Ok(decoded) => {
+                        gaps.extend(
+                            decoded
+                                .gaps
+                                .into_iter()
+                                .map(|o| (topic_id, part.partition, o, GAP)),
+                        );
+                        outcome.records.extend(
+                            decoded
+                                .records
+                                .into_iter()
+                                .map(|r| (topic_id, part.partition, r)),
+                        );
+                    }
+                    Err(e) => {
+                        // Undecodable: give the offsets back rather than hold them to lock expiry.
+                        tracing::error!(node = self.shared.node, %topic_id, partition = part.partition, error = %e, "cannot decode records; releasing them");
+                        for range in &part.acquired {
+                            let count = range
+                                .last
+                                .saturating_sub(range.first)
+                                .min(records::MAX_ACQUIRED_PER_PARTITION as i64);
+                            for o in range.first..=range.first + count {
+                                gaps.push((topic_id, part.partition, o, 2));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        answer_all(taken, &results);
+        for (topic_id, partition, offset, kind) in gaps {
+            self.shared.enqueue(
+                PendingAck {
+                    topic_id,
+                    partition,
+                    offset,
+                    kind,
+                    generation,
+                    reply: None,
+                },
+                false,
+            );
+        }
+        Ok(outcome)
+    }
+
+    /// Sends the queued acknowledgements (or renewals) with ShareAcknowledge v2.
+    async fn send_acks(&mut self, renew: bool) {
+        let taken = self.take(renew);
+        if taken.is_empty() {
+            return;
+        }
+        if self.conn.is_none() || self.epoch == 0 {
+            fail_all(taken, &AckError::SessionLost);
+            return;
+        }
+        self.acknowledge(taken, renew, self.epoch).await;
+    }
+
+    async fn acknowledge(&mut self, taken: Vec<PendingAck>, renew: bool, epoch: i32) {
+        let mut listed = BTreeMap::new();
+        ack_topics(&taken, &mut listed);
+        let key = SessionKey {
+            epoch,
+            ..self.key()
+        };
+        let body = match codec::encode_share_acknowledge(key, renew, &to_topics(listed)) {
+            Ok(body) => body,
+            Err(e) => {
+                fail_all(
+                    taken,
+                    &AckError::Broker {
+                        code: -1,
+                        message: e.to_string(),
+                    },
+                );
+                return;
+            }
+        };
+        let resp = match self
+            .call(codec::SHARE_ACKNOWLEDGE, &body, Duration::ZERO)
+            .await
+        {
+            Ok(bytes) => codec::decode_share_acknowledge(bytes),
+            Err(e) => Err(e),
+        };
+        let resp = match resp {
+            Ok(resp) => resp,
+            Err(e) => {
+                tracing::warn!(node = self.shared.node, error = %e, "ShareAcknowledge failed; the session is lost");
+                fail_all(taken, &AckError::SessionLost);
+                self.reset(true);
+                return;
+            }
+        };
+        self.learn_endpoints(&resp);
+        if resp.error_code != 0 {
+            let err = ack_error(resp.error_code, resp.error_message.as_deref());
+            fail_all(taken, &err);
+            if SESSION_ERRORS.contains(&resp.error_code) {
+                self.reset(false);
+            }
+            return;
+        }
+        if epoch > 0 {
+            self.epoch = next_epoch(self.epoch);
+        }
+        let results = resp
+            .topics
+            .into_iter()
+            .flat_map(|(t, parts)| {
+                parts
+                    .into_iter()
+                    .map(move |p| ((t, p.partition), (p.error_code, p.error_message)))
+            })
+            .collect();
+        answer_all(taken, &results);
+    }
+
+    /// Flushes acknowledgements and closes the session (epoch -1), which releases everything still
+    /// acquired. Renewals still queued fail with `Closed`.
+    async fn close(&mut self) {
+        let renews = self.take(true);
+        fail_all(renews, &AckError::Closed);
+        let acks = self.take(false);
+        if self.conn.as_ref().is_some_and(|c| !c.is_broken()) && self.epoch != 0 {
+            self.acknowledge(acks, false, -1).await;
+        } else {
+            fail_all(acks, &AckError::SessionLost);
+        }
+        let leftovers = match self.shared.queue.lock() {
+            Ok(mut q) => {
+                q.closed = true;
+                let mut all = std::mem::take(&mut q.acks);
+                all.append(&mut q.renews);
+                all
+            }
+            Err(_) => Vec::new(),
+        };
+        fail_all(leftovers, &AckError::Closed);
+        self.conn = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::AckReceipt;
+
+    #[test]
+    fn epochs_count_up_and_wrap_to_one() {
+        assert_eq!(next_epoch(0), 1);
+        assert_eq!(next_epoch(41), 42);
+        assert_eq!(next_epoch(i32::MAX), 1);
+    }
+
+    #[test]
+    fn ack_errors_say_what_happened() {
+        assert_eq!(ack_error(121, None), AckError::LockLost);
+        assert_eq!(ack_error(6, None), AckError::LeaderMoved);
+        assert_eq!(ack_error(74, None), AckError::LeaderMoved);
+        for code in SESSION_ERRORS {
+            assert_eq!(ack_error(code, None), AckError::SessionLost);
+        }
+        assert!(matches!(
+            ack_error(42, Some("bad")),
+            AckError::Broker { code: 42, .. }
+        ));
+    }
+
+    #[test]
+    fn acks_are_merged_per_partition_in_topic_order() {
+        let t = Uuid::from_u128(1);
+        let pending = |partition, offset, kind| PendingAck {
+            topic_id: t,
+            partition,
+            offset,
+            kind,
+            generation: 1,
+            reply: None,
+        };
+        let taken = vec![
+            pending(1, 5, 1),
+            pending(0, 2, 1),
+            pending(1, 4, 1),
+            pending(0, 3, 2),
+        ];
+        let mut listed = BTreeMap::new();
+        ack_topics(&taken, &mut listed);
+        let topics = to_topics(listed);
+        assert_eq!(topics.len(), 1);
+        assert_eq!(topics[0].partitions[0].partition, 0);
+        assert_eq!(topics[0].partitions[0].batches[0].types, vec![1, 2]);
+        assert_eq!(topics[0].partitions[1].batches[0].first, 4);
+        assert_eq!(topics[0].partitions[1].batches[0].types, vec![1]);
+    }
+
+    #[tokio::test]
+    async fn unanswered_partitions_fail_instead_of_succeeding() {
+        let (tx, rx) = AckReceipt::channel();
+        let ack = PendingAck {
+            topic_id: Uuid::from_u128(1),
+            partition: 0,
+            offset: 1,
+            kind: 1,
+            generation: 1,
+            reply: Some(tx),
+        };
+        answer_all(vec![ack], &HashMap::new());
+        assert!(matches!(rx.await, Err(AckError::Broker { code: -1, .. })));
+    }
+
+    #[tokio::test]
+    async fn acks_for_an_old_session_fail_at_once() {
+        let shared = SessionShared {
+            node: 1,
+            generation: AtomicU32::new(2),
+            queue: Mutex::new(AckQueue::default()),
+            wake: Notify::new(),
+            disconnect: std::sync::atomic::AtomicBool::new(false),
+        };
+        let (tx, rx) = AckReceipt::channel();
+        let ack = PendingAck {
+            topic_id: Uuid::from_u128(1),
+            partition: 0,
+            offset: 1,
+            kind: 1,
+            generation: 1,
+            reply: Some(tx),
+        };
+        shared.enqueue(ack, false);
+        assert_eq!(rx.await, Err(AckError::SessionLost));
+    }
+}

@@ -1,0 +1,411 @@
+//! [`KafkaSource`]: the native share-group client behind the [`ShareSource`] port.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Mutex as AsyncMutex, oneshot, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::acks::{RENEW, wire_type};
+use super::cluster::Cluster;
+use super::config::KafkaConfig;
+use super::connection::ConnectOptions;
+use super::membership::{self, MemberSpec, MemberState};
+use super::session::{self, FetchJob, PendingAck, SessionConfig, SessionHandle};
+use crate::source::{AckError, AckKind, AckReceipt, Delivery, DeliveryId, Lease, ShareSource};
+use crate::{Error, ErrorKind, Result};
+
+/// A share-group consumer speaking the share RPCs natively: pipelined `record_limit` fetches,
+/// acknowledgements at any time and in any order, and RENEW.
+///
+/// Build one with [`KafkaSource::builder`]; use it through [`ShareSource`].
+#[derive(Debug, Clone)]
+pub struct KafkaSource {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Topics {
+    by_id: HashMap<Uuid, (Arc<str>, HashMap<i32, i32>)>,
+    by_name: HashMap<Arc<str>, Uuid>,
+    refreshed: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: KafkaConfig,
+    member_id: String,
+    cluster: Arc<Cluster>,
+    member: watch::Receiver<MemberState>,
+    member_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    member_cancel: CancellationToken,
+    session_cancel: CancellationToken,
+    topics: Mutex<Topics>,
+    sessions: Mutex<HashMap<i32, SessionHandle>>,
+    fetch_lock: AsyncMutex<()>,
+    rotation: AtomicUsize,
+    closed: AtomicBool,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.session_cancel.cancel();
+        self.member_cancel.cancel();
+    }
+}
+
+/// A 22-character random member id, like the Java client's.
+fn new_member_id() -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(22);
+    let id = Uuid::new_v4().as_u128();
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    for i in 0..22 {
+        let idx = ((id >> (i * 6)) & 0x3f) as usize;
+        let c = ALPHABET.get(idx).copied().unwrap_or(b'A') as char;
+        let _ = s.write_char(c);
+    }
+    s
+}
+
+impl KafkaSource {
+    /// A builder for a source consuming `topics` as a member of share group `group`.
+    pub fn builder(
+        bootstrap: impl Into<String>,
+        group: impl Into<String>,
+    ) -> super::KafkaSourceBuilder {
+        super::KafkaSourceBuilder::new(bootstrap, group)
+    }
+
+    /// Connects to the cluster, checks that it speaks the v2 share RPCs and joins the group.
+    pub async fn connect(config: KafkaConfig) -> Result<Self> {
+        config.validate()?;
+        let cluster = Arc::new(Cluster::new(
+            config.bootstrap.clone(),
+            ConnectOptions {
+                client_id: config.client_id.clone(),
+                max_frame: config.max_frame_bytes,
+                request_timeout: config.request_timeout,
+            },
+        ));
+        let conn = cluster.connect_any().await?;
+        conn.require_share_v2()?;
+        drop(conn);
+        let member_id = new_member_id();
+        let member_cancel = CancellationToken::new();
+        let (member, task) = membership::spawn(
+            MemberSpec {
+                group: config.group.clone(),
+                member_id: member_id.clone(),
+                topics: config.topics.clone(),
+            },
+            cluster.clone(),
+            member_cancel.clone(),
+        );
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                member_id,
+                cluster,
+                member,
+                member_task: Mutex::new(Some(task)),
+                member_cancel,
+                session_cancel: CancellationToken::new(),
+                topics: Mutex::new(Topics::default()),
+                sessions: Mutex::new(HashMap::new()),
+                fetch_lock: AsyncMutex::new(()),
+                rotation: AtomicUsize::new(0),
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// The member id this client joined with.
+    pub fn member_id(&self) -> &str {
+        &self.inner.member_id
+    }
+
+    /// Drops every broker connection at once, as a network failure would: the share sessions are
+    /// lost, their records go back to the group and queued acknowledgements fail. For tests.
+    #[doc(hidden)]
+    pub fn __drop_connections(&self) {
+        if let Ok(sessions) = self.inner.sessions.lock() {
+            for handle in sessions.values() {
+                handle.shared.disconnect();
+            }
+        }
+    }
+
+    /// The partitions currently assigned to this member, as (topic, partition) pairs.
+    pub fn assignment(&self) -> Vec<(String, i32)> {
+        let state = self.inner.member.borrow().clone();
+        let topics = self.inner.topics.lock().ok();
+        let mut out = Vec::new();
+        for (id, parts) in state.assignment.iter() {
+            let name = topics
+                .as_ref()
+                .and_then(|t| t.by_id.get(id).map(|(n, _)| n.to_string()))
+                .unwrap_or_else(|| id.to_string());
+            out.extend(parts.iter().map(|p| (name.clone(), *p)));
+        }
+        out
+    }
+}
+
+impl Inner {
+    fn check_member(&self) -> Result<MemberState> {
+        let state = self.member.borrow().clone();
+        if let Some((kind, msg)) = &state.fatal {
+            return Err(Error::new(*kind, msg.clone()));
+        }
+        Ok(state)
+    }
+
+    async fn refresh_topics(&self) -> Result<()> {
+        let meta = self.cluster.metadata(&self.config.topics).await?;
+        let mut topics = Topics {
+            refreshed: Some(Instant::now()),
+            ..Topics::default()
+        };
+        for t in meta.topics {
+            let Some(name) = t.name else { continue };
+            if t.error_code != 0 {
+                tracing::warn!(topic = %name, code = t.error_code, "metadata error for topic");
+                continue;
+            }
+            let name: Arc<str> = Arc::from(name.as_str());
+            let leaders = t
+                .partitions
+                .iter()
+                .map(|p| (p.partition, p.leader))
+                .collect();
+            topics.by_name.insert(name.clone(), t.id);
+            topics.by_id.insert(t.id, (name, leaders));
+        }
+        if let Ok(mut guard) = self.topics.lock() {
+            *guard = topics;
+        }
+        Ok(())
+    }
+
+    /// Assigned partitions grouped by leader, refreshing metadata when something is unknown or old.
+    async fn partitions_by_leader(
+        &self,
+        assignment: &[(Uuid, Vec<i32>)],
+    ) -> Result<BTreeMap<i32, Vec<(Uuid, Vec<i32>)>>> {
+        let stale = {
+            let t = self
+                .topics
+                .lock()
+                .map_err(|_| Error::new(ErrorKind::Closed, "poisoned"))?;
+            t.refreshed
+                .is_none_or(|at| at.elapsed() > self.config.metadata_max_age)
+                || assignment.iter().any(|(id, parts)| {
+                    t.by_id.get(id).is_none_or(|(_, leaders)| {
+                        parts.iter().any(|p| leaders.get(p).is_none_or(|l| *l < 0))
+                    })
+                })
+        };
+        if stale {
+            self.refresh_topics().await?;
+        }
+        let t = self
+            .topics
+            .lock()
+            .map_err(|_| Error::new(ErrorKind::Closed, "poisoned"))?;
+        let mut out: BTreeMap<i32, BTreeMap<Uuid, Vec<i32>>> = BTreeMap::new();
+        for (id, parts) in assignment {
+            let Some((_, leaders)) = t.by_id.get(id) else {
+                continue;
+            };
+            for p in parts {
+                if let Some(&leader) = leaders.get(p).filter(|l| **l >= 0) {
+                    out.entry(leader)
+                        .or_default()
+                        .entry(*id)
+                        .or_default()
+                        .push(*p);
+                }
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|(node, topics)| (node, topics.into_iter().collect()))
+            .collect())
+    }
+
+    fn session_jobs(&self, node: i32) -> Result<tokio::sync::mpsc::Sender<FetchJob>> {
+        let mut sessions = self
+            .sessions
+            .lock()
+            .map_err(|_| Error::new(ErrorKind::Closed, "poisoned"))?;
+        let handle = sessions.entry(node).or_insert_with(|| {
+            session::spawn(
+                node,
+                self.cluster.clone(),
+                SessionConfig {
+                    group: self.config.group.clone(),
+                    member_id: self.member_id.clone(),
+                    max_bytes: self.config.max_bytes,
+                    max_batch_bytes: self.config.max_batch_bytes,
+                },
+                self.session_cancel.child_token(),
+            )
+        });
+        Ok(handle.jobs.clone())
+    }
+
+    async fn fetch(&self, max_records: u32) -> Result<Vec<Delivery>> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::new(ErrorKind::Closed, "the source is closed"));
+        }
+        let _one_at_a_time = self.fetch_lock.lock().await;
+        let mut member = self.member.clone();
+        let mut state = self.check_member()?;
+        if state.assignment.is_empty() {
+            let _ = tokio::time::timeout(self.config.max_wait, member.changed()).await;
+            state = self.check_member()?;
+            if state.assignment.is_empty() {
+                return Ok(Vec::new());
+            }
+        }
+        let by_leader = self.partitions_by_leader(&state.assignment).await?;
+        if by_leader.is_empty() {
+            tokio::time::sleep(self.config.max_wait.min(Duration::from_millis(100))).await;
+            return Ok(Vec::new());
+        }
+        // record_limit: one broker per fetch, rotating.
+        let turn = self.rotation.fetch_add(1, Ordering::Relaxed) % by_leader.len();
+        let Some((node, partitions)) = by_leader.into_iter().nth(turn) else {
+            return Ok(Vec::new());
+        };
+        let jobs = self.session_jobs(node)?;
+        let (tx, rx) = oneshot::channel();
+        jobs.send(FetchJob {
+            partitions,
+            max_records,
+            max_wait: self.config.max_wait,
+            reply: tx,
+        })
+        .await
+        .map_err(|_| Error::new(ErrorKind::Closed, "the source is closed"))?;
+        let outcome = rx
+            .await
+            .map_err(|_| Error::new(ErrorKind::Closed, "the source is closed"))??;
+        if outcome.leader_moved
+            && let Ok(mut t) = self.topics.lock()
+        {
+            t.refreshed = None;
+        }
+        let acquired_at = outcome.sent_at.unwrap_or_else(Instant::now);
+        let names = self
+            .topics
+            .lock()
+            .map_err(|_| Error::new(ErrorKind::Closed, "poisoned"))?;
+        let mut out = Vec::with_capacity(outcome.records.len());
+        for (topic_id, partition, r) in outcome.records {
+            let topic = names
+                .by_id
+                .get(&topic_id)
+                .map(|(n, _)| n.clone())
+                .unwrap_or_else(|| Arc::from(topic_id.to_string().as_str()));
+            out.push(Delivery {
+                id: DeliveryId {
+                    topic,
+                    partition,
+                    offset: r.offset,
+                    lease: Lease::new(outcome.node, outcome.generation),
+                },
+                key: r.key,
+                value: r.value,
+                headers: r.headers,
+                timestamp: r.timestamp,
+                delivery_count: r.delivery_count,
+                lock_duration: outcome.lock_timeout,
+                acquired_at,
+            });
+        }
+        Ok(out)
+    }
+
+    fn enqueue(&self, id: &DeliveryId, kind: i8, renew: bool) -> AckReceipt {
+        if self.closed.load(Ordering::Acquire) {
+            return AckReceipt::ready(Err(AckError::Closed));
+        }
+        let topic_id = self
+            .topics
+            .lock()
+            .ok()
+            .and_then(|t| t.by_name.get(&id.topic).copied());
+        let Some(topic_id) = topic_id else {
+            return AckReceipt::ready(Err(AckError::Broker {
+                code: -1,
+                message: format!("unknown topic {}", id.topic),
+            }));
+        };
+        let shared = self
+            .sessions
+            .lock()
+            .ok()
+            .and_then(|s| s.get(&id.lease.node()).map(|h| h.shared.clone()));
+        let Some(shared) = shared else {
+            return AckReceipt::ready(Err(AckError::SessionLost));
+        };
+        let (tx, rx) = AckReceipt::channel();
+        shared.enqueue(
+            PendingAck {
+                topic_id,
+                partition: id.partition,
+                offset: id.offset,
+                kind,
+                generation: id.lease.session(),
+                reply: Some(tx),
+            },
+            renew,
+        );
+        rx
+    }
+
+    async fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        // Close the share sessions first (flushing acks, epoch -1), then leave the group.
+        self.session_cancel.cancel();
+        let tasks: Vec<_> = match self.sessions.lock() {
+            Ok(mut s) => s.values_mut().filter_map(|h| h.task.take()).collect(),
+            Err(_) => Vec::new(),
+        };
+        for task in tasks {
+            let _ = task.await;
+        }
+        self.member_cancel.cancel();
+        let task = self.member_task.lock().ok().and_then(|mut t| t.take());
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+        Ok(())
+    }
+}
+
+impl ShareSource for KafkaSource {
+    async fn fetch(&self, max_records: u32) -> Result<Vec<Delivery>> {
+        self.inner.fetch(max_records.max(1)).await
+    }
+
+    fn acknowledge(&self, id: &DeliveryId, kind: AckKind) -> AckReceipt {
+        self.inner.enqueue(id, wire_type(kind), false)
+    }
+
+    fn renew(&self, id: &DeliveryId) -> AckReceipt {
+        self.inner.enqueue(id, RENEW, true)
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.inner.close().await
+    }
+}
