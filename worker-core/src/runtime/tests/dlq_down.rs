@@ -168,3 +168,62 @@ async fn shutdown_with_a_failing_dlq_releases_its_records() {
     }
     assert!(dlq.is_empty());
 }
+
+/// A record whose lock is lost while it waits for the sink is still written (it may be archived
+/// at the broker by now, and the letter its only copy), but not rejected: it comes back and is
+/// dead-lettered again. Twice, never zero times.
+#[tokio::test(start_paused = true)]
+async fn a_lock_lost_while_dead_lettering_still_writes_the_letter() {
+    let broker = broker();
+    broker.produce("t", "0");
+    let dlq = MemoryDlq::new();
+    dlq.fail_writes(true);
+    let b = broker.clone();
+    let worker = Worker::builder(broker.member("a"))
+        .route(
+            "t",
+            handler(move |_| {
+                let b = b.clone();
+                async move {
+                    b.fail_renewals(true);
+                    Outcome::undecodable("bad")
+                }
+            }),
+        )
+        .dlq(Arc::new(dlq.clone()))
+        .dlq_backoff(Backoff::exponential(
+            Duration::from_millis(200),
+            Duration::from_secs(1),
+        ))
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let b = broker.clone();
+    wait_until(Duration::from_secs(10), "the lock expired", move || {
+        b.stats().lock_expiries == 1
+    })
+    .await;
+    assert_eq!(broker.record_state("t", 0, 0), Some(RecordState::Available));
+    dlq.fail_writes(false);
+    let b = broker.clone();
+    wait_until(Duration::from_secs(10), "archived", move || {
+        b.counts().archived == 1
+    })
+    .await;
+    shutdown.shutdown();
+    let summary = run.await.unwrap().unwrap();
+    let counts: Vec<u16> = dlq
+        .letters()
+        .iter()
+        .map(|l| l.delivery.delivery_count)
+        .collect();
+    assert_eq!(counts, [1, 2]);
+    assert_eq!(
+        broker.stats().rejects,
+        1,
+        "only the second delivery is rejected"
+    );
+    assert_eq!(summary.possible_duplicates, 1);
+    assert!(summary.renewal_failures >= 1);
+}

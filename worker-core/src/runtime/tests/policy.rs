@@ -413,3 +413,49 @@ async fn max_attempts_overrides_the_limit() {
         [("t".to_owned(), 0, 0, DlqReason::HandlerError)]
     );
 }
+
+/// A held retry whose lock renewal fails is dropped from the hold (not released: the lock is gone);
+/// the broker delivers it again when the lock runs out.
+#[tokio::test(start_paused = true)]
+async fn a_held_retry_that_loses_its_lock_comes_back_when_the_lock_ends() {
+    let broker = MemoryBroker::builder()
+        .lock_duration(Duration::from_secs(1))
+        .build();
+    broker.produce("t", "0");
+    let attempts = Arc::new(Mutex::new(Vec::new()));
+    let seen = attempts.clone();
+    let b = broker.clone();
+    let worker = Worker::builder(broker.member("a"))
+        .route(
+            "t",
+            handler(move |job| {
+                let (seen, b) = (seen.clone(), b.clone());
+                async move {
+                    seen.lock().unwrap().push(Instant::now());
+                    if job.attempt() == 1 {
+                        b.fail_renewals(true);
+                        Outcome::retry("later")
+                    } else {
+                        Outcome::Accept
+                    }
+                }
+            }),
+        )
+        .backoff(
+            Backoff::exponential(Duration::from_secs(10), Duration::from_secs(10)).jitter(false),
+        )
+        .build()
+        .unwrap();
+    let b = broker.clone();
+    let summary = run_until(worker, "accepted", move || b.counts().acknowledged == 1).await;
+    let attempts = attempts.lock().unwrap();
+    let gap = attempts[1] - attempts[0];
+    assert!(
+        gap <= Duration::from_millis(1100),
+        "back after the lock, not the hold: {gap:?}"
+    );
+    let stats = broker.stats();
+    assert_eq!((stats.releases, stats.lock_expiries), (0, 1));
+    assert_eq!(summary.retries_scheduled, 1);
+    assert!(summary.renewal_failures >= 1);
+}
