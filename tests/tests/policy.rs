@@ -3,8 +3,9 @@
 //! attempt 2 after the configured backoff, panics never kill the worker, undecodable payloads never
 //! reach the handler, and a missing DLQ topic stops nothing from being lost.
 //!
-//! The delivery-limit scenario (SIGKILL the worker while a record is in flight, again and again)
-//! needs the `share-worker` binary and is not here yet; the MemoryBroker unit tests cover the rule.
+//! The delivery limit is tested by letting a record's lock run out four times (limit 5) before a
+//! worker sees it; the SIGKILL form of that scenario (kill the worker while the record is in
+//! flight, again and again) needs the `share-worker` binary and is not here yet.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
@@ -618,5 +619,61 @@ async fn with_the_dlq_topic_missing_nothing_is_lost_and_it_lands_once_created() 
     assert!(summary.dlq_pauses >= 1, "{summary:?}");
     assert_eq!(summary.dlq_written, poison.len() as u64, "{summary:?}");
     assert!(summary.renewals > 0, "{summary:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_at_the_delivery_limit_goes_to_the_dlq_without_the_handler() -> anyhow::Result<()>
+{
+    let setup = Setup::new(vec!["stuck".to_owned()], Duration::from_secs(1), true).await?;
+    let ledger = Arc::new(Ledger::default());
+    let source = setup.source(&ledger).await?;
+    assert_eq!(source.limit, 5, "the broker's default delivery-count limit");
+    // Four deliveries that never finish (as if the worker died each time): the locks run out.
+    for expected in 1..=4u16 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(delivery) = source.fetch(1).await?.first() {
+                assert_eq!(delivery.delivery_count, expected);
+                break;
+            }
+            ensure!(Instant::now() < deadline, "delivery {expected} within 30 s");
+        }
+    }
+    let calls = Arc::new(Mutex::new(0usize));
+    let counted = calls.clone();
+    let worker = Worker::builder(source)
+        .route(
+            setup.topic.as_str(),
+            service_fn(move |_job: Job| {
+                *counted.lock().expect("ledger") += 1;
+                async { Ok::<_, Infallible>(Outcome::Accept) }
+            }),
+        )
+        .dlq(setup.sink(Duration::from_secs(10))?)
+        .build()?;
+    let shutdown = worker.shutdown_handle();
+    let running = tokio::spawn(worker.run());
+    wait_for("the lag to reach 0", Duration::from_secs(60), async || {
+        Ok(setup.lag().await? == 0)
+    })
+    .await?;
+    shutdown.shutdown();
+    let summary = running.await??;
+
+    let letters = read_dlq(format!("{}.dlq", setup.topic), 1, Duration::from_secs(2)).await?;
+    assert_eq!(letters.len(), 1);
+    let h = header_map(&letters[0]);
+    assert_eq!(h[headers::REASON], "delivery_limit");
+    assert_eq!(h[headers::DELIVERY_COUNT], "5");
+    assert_eq!(h[headers::OFFSET], "0");
+    assert_eq!(letters[0].payload(), Some(&b"stuck"[..]));
+    assert_eq!(
+        *calls.lock().expect("ledger"),
+        0,
+        "the handler was not called"
+    );
+    assert_eq!(ledger.acks_of(0), [AckKind::Reject]);
+    assert_eq!(summary.dead_letters.delivery_limit, 1, "{summary:?}");
     Ok(())
 }
