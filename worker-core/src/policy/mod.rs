@@ -24,7 +24,7 @@
 //!   count + 1. At most `max_held` records are held at once; a retry beyond that is released at once
 //!   and counted in [`Summary::held_overflow`](crate::Summary::held_overflow).
 //! - **Dead letters.** The record keeps its slot and its lock until the
-//!   [`DlqSink`](crate::dlq::DlqSink) confirms the write; only then is it REJECTed. A failed write
+//!   [`DlqSink`] confirms the write; only then is it REJECTed. A failed write
 //!   is retried with the DLQ backoff, and **while the sink fails the worker fetches nothing new**
 //!   (logged at error level, counted in [`Summary::dlq_pauses`](crate::Summary::dlq_pauses)); work
 //!   resumes by itself once a write succeeds. A record still waiting for the sink when the shutdown

@@ -115,6 +115,9 @@ impl<S: ShareSource> Worker<S> {
     /// Runs until shut down through a [`ShutdownHandle`] (or until the source closes), then closes
     /// the source and returns what the worker did.
     ///
+    /// It first asks the source for the group's delivery-count limit
+    /// ([`ShareSource::delivery_limit`]) to resolve `max_attempts` (see [`crate::policy`]).
+    ///
     /// Fails with [`ErrorKind::Closed`](crate::ErrorKind::Closed) if the source closed under the
     /// worker, or with the source's error if closing it failed; the summary is logged either way.
     ///
