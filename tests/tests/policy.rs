@@ -7,233 +7,26 @@
 //! worker sees it; the SIGKILL form of that scenario (kill the worker while the record is in
 //! flight, again and again) needs the `share-worker` binary and is not here yet.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+mod policy_support;
+
+use std::collections::BTreeSet;
 use std::convert::Infallible;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, OwnedMessage};
-use rdkafka::{Message, Offset, TopicPartitionList};
-use tests::{client_config, produce, producer, unique};
+use policy_support::{
+    Attempts, Ledger, Setup, WORKER, header_map, json_route, json_values, read_dlq, source_offset,
+    wait_for,
+};
+use rdkafka::Message;
+use tests::{produce, producer};
 use tokio::time::Instant;
 use tower::service_fn;
-use worker_core::dlq::{DlqSink, KafkaDlqSink, headers};
-use worker_core::kafka::{Admin, KafkaSource};
+use worker_core::dlq::headers;
 use worker_core::policy::Backoff;
-use worker_core::source::{AckKind, AckReceipt, Delivery, DeliveryId, ShareSource};
+use worker_core::source::{AckKind, ShareSource};
 use worker_core::{Job, Outcome, Worker};
-
-const WORKER: &str = "policy-test-worker";
-
-/// Every attempt of every record: (delivery count, when the handler started).
-type Attempts = BTreeMap<i64, Vec<(u16, Instant)>>;
-
-/// What the worker did to the broker: every acknowledgement and how many records it fetched.
-#[derive(Default)]
-struct Ledger {
-    acks: Mutex<Vec<(i64, AckKind)>>,
-    fetched: Mutex<usize>,
-}
-
-impl Ledger {
-    fn acks_of(&self, offset: i64) -> Vec<AckKind> {
-        let acks = self.acks.lock().expect("ledger");
-        acks.iter()
-            .filter(|(o, _)| *o == offset)
-            .map(|(_, k)| *k)
-            .collect()
-    }
-
-    fn fetched(&self) -> usize {
-        *self.fetched.lock().expect("ledger")
-    }
-}
-
-/// The Kafka source, recording into a ledger, with the group's delivery limit read through the
-/// admin client (the port method the Kafka source will implement itself).
-struct Recorded {
-    inner: KafkaSource,
-    limit: u16,
-    ledger: Arc<Ledger>,
-}
-
-impl ShareSource for Recorded {
-    async fn fetch(&self, max_records: u32) -> worker_core::Result<Vec<Delivery>> {
-        let batch = self.inner.fetch(max_records).await?;
-        *self.ledger.fetched.lock().expect("ledger") += batch.len();
-        Ok(batch)
-    }
-
-    fn acknowledge(&self, id: &DeliveryId, kind: AckKind) -> AckReceipt {
-        self.ledger
-            .acks
-            .lock()
-            .expect("ledger")
-            .push((id.offset, kind));
-        self.inner.acknowledge(id, kind)
-    }
-
-    fn renew(&self, id: &DeliveryId) -> AckReceipt {
-        self.inner.renew(id)
-    }
-
-    fn close(&self) -> impl Future<Output = worker_core::Result<()>> + Send {
-        self.inner.close()
-    }
-
-    async fn delivery_limit(&self) -> worker_core::Result<Option<u16>> {
-        Ok(Some(self.limit))
-    }
-}
-
-struct Setup {
-    admin: Admin,
-    topic: String,
-    group: String,
-}
-
-impl Setup {
-    /// A topic holding `values` in partition 0, and a share group that reads it from the start
-    /// with `lock` locks. The DLQ topic `{topic}.dlq` is created when `dlq` is true.
-    async fn new(values: Vec<String>, lock: Duration, dlq: bool) -> anyhow::Result<Self> {
-        let admin = Admin::connect(tests::bootstrap())
-            .await
-            .context("connecting to the broker")?;
-        let topic = unique("policy");
-        let group = unique("policy-workers");
-        admin.create_topic(&topic, 1, 1).await?;
-        if dlq {
-            admin.create_topic(&format!("{topic}.dlq"), 1, 1).await?;
-        }
-        admin
-            .set_group_config(&group, "share.auto.offset.reset", "earliest")
-            .await?;
-        admin
-            .set_group_config(
-                &group,
-                "share.record.lock.duration.ms",
-                &lock.as_millis().to_string(),
-            )
-            .await?;
-        produce(&producer(&[("linger.ms", "5")])?, &topic, Some(0), values).await?;
-        Ok(Self {
-            admin,
-            topic,
-            group,
-        })
-    }
-
-    async fn source(&self, ledger: &Arc<Ledger>) -> anyhow::Result<Recorded> {
-        let limit = self.admin.delivery_count_limit(&self.group).await?;
-        let inner = KafkaSource::builder(tests::bootstrap(), &self.group)
-            .topic(&self.topic)
-            .max_wait(Duration::from_millis(100))
-            .build()
-            .await?;
-        Ok(Recorded {
-            inner,
-            limit: u16::try_from(limit).context("the delivery limit fits a u16")?,
-            ledger: ledger.clone(),
-        })
-    }
-
-    fn sink(&self, delivery_timeout: Duration) -> anyhow::Result<Arc<dyn DlqSink>> {
-        Ok(Arc::new(
-            KafkaDlqSink::builder(tests::bootstrap(), &self.group)
-                .worker(WORKER)
-                .delivery_timeout(delivery_timeout)
-                .build()?,
-        ))
-    }
-
-    async fn lag(&self) -> anyhow::Result<i64> {
-        Ok(self.admin.share_group_lag(&self.group, &self.topic).await?)
-    }
-}
-
-/// Polls `condition` every 50 ms until it holds or `limit` passes.
-async fn wait_for(
-    what: &str,
-    limit: Duration,
-    mut condition: impl AsyncFnMut() -> anyhow::Result<bool>,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if condition().await? {
-            return Ok(());
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Reads the DLQ topic from the start until `expected` letters arrived, then `quiet` longer to
-/// catch any extra one.
-async fn read_dlq(
-    topic: String,
-    expected: usize,
-    quiet: Duration,
-) -> anyhow::Result<Vec<OwnedMessage>> {
-    tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = client_config()
-            .set("group.id", unique("dlq-reader"))
-            .set("enable.auto.commit", "false")
-            .create()?;
-        let mut assignment = TopicPartitionList::new();
-        assignment.add_partition_offset(&topic, 0, Offset::Beginning)?;
-        consumer.assign(&assignment)?;
-        let mut letters = Vec::new();
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while letters.len() < expected {
-            ensure!(
-                std::time::Instant::now() < deadline,
-                "{} of {expected} dead letters in {topic} within 60 s",
-                letters.len()
-            );
-            if let Some(message) = consumer.poll(Duration::from_millis(200)) {
-                letters.push(message?.detach());
-            }
-        }
-        let quiet_until = std::time::Instant::now() + quiet;
-        while std::time::Instant::now() < quiet_until {
-            if let Some(message) = consumer.poll(Duration::from_millis(200)) {
-                letters.push(message?.detach());
-            }
-        }
-        Ok(letters)
-    })
-    .await?
-}
-
-/// The headers of a dead letter, by key.
-fn header_map(message: &OwnedMessage) -> HashMap<String, String> {
-    let mut map = HashMap::new();
-    if let Some(headers) = message.headers() {
-        for header in headers.iter() {
-            let value = header
-                .value
-                .map(String::from_utf8_lossy)
-                .unwrap_or_default();
-            map.insert(header.key.to_owned(), value.into_owned());
-        }
-    }
-    map
-}
-
-/// The source offset a dead letter points at.
-fn source_offset(message: &OwnedMessage) -> anyhow::Result<i64> {
-    header_map(message)
-        .get(headers::OFFSET)
-        .context("no offset header")?
-        .parse()
-        .context("the offset header is a number")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_records_land_in_the_dlq_exactly_once_with_their_provenance() -> anyhow::Result<()> {
@@ -445,37 +238,6 @@ async fn panics_are_retried_and_the_worker_lives_on() -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// Decodes the payload as JSON before the "handler" runs, as the `Json<T>` extractor will.
-fn json_route(
-    handled: Arc<Mutex<BTreeSet<i64>>>,
-) -> impl tower::Service<Job, Response = Outcome, Error = Infallible, Future: Send> + Send + 'static
-{
-    service_fn(move |job: Job| {
-        let outcome = match serde_json::from_slice::<serde_json::Value>(
-            job.payload().map(|p| &p[..]).unwrap_or_default(),
-        ) {
-            Err(err) => Outcome::undecodable(format!("invalid JSON: {err}")),
-            Ok(_) => {
-                handled.lock().expect("ledger").insert(job.id().offset);
-                Outcome::Accept
-            }
-        };
-        async move { Ok::<_, Infallible>(outcome) }
-    })
-}
-
-fn json_values(records: i64, broken: impl Fn(i64) -> bool) -> Vec<String> {
-    (0..records)
-        .map(|i| {
-            if broken(i) {
-                format!("{{\"n\": {i}, oops")
-            } else {
-                format!("{{\"n\": {i}}}")
-            }
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
