@@ -25,8 +25,8 @@ pub enum Outcome {
     Accept,
     /// The job failed in a way that may succeed later.
     Retry {
-        /// Wait at least this long before the next attempt, if the handler knows (a rate limit's
-        /// `Retry-After`, say). `None` lets the retry policy choose.
+        /// Wait this long before the next attempt, if the handler knows (a rate limit's
+        /// `Retry-After`, say), capped at the backoff's max. `None` lets the retry policy choose.
         after: Option<Duration>,
         /// Why, for logs and the dead-letter record.
         reason: Cow<'static, str>,

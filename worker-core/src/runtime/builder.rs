@@ -116,7 +116,8 @@ impl<S: ShareSource> WorkerBuilder<S> {
 
     /// How many records wait out a backoff at once, at most (default: half the concurrency, at
     /// least 1). Held records keep their slots and locks; a retry beyond this is released at once,
-    /// without a backoff, and counted in [`Summary::held_overflow`](super::Summary::held_overflow).
+    /// without a backoff, and counted in [`Summary::held_overflow`](super::Summary::held_overflow);
+    /// 0 releases every retry at once.
     pub fn max_held(mut self, max: usize) -> Self {
         self.config.policy.max_held = Some(max);
         self
