@@ -1,0 +1,592 @@
+#!/usr/bin/env python3
+"""Side-by-side share-consumer benchmark against the local broker (issue 9, BENCHMARKS.md).
+
+Every contender consumes the same pre-filled topic with its own fresh share group
+(share.auto.offset.reset=earliest). Completion is judged by the broker: the run ends when the
+group's lag is 0 on every partition (Admin listShareGroupOffsets, the call behind
+`ShareGroupCommand --describe --offsets`, which also checks every group once at the end).
+Wall time runs from the contender's spawn to lag 0; CPU seconds and peak RSS come from the
+contender's rusage (wait4), so they cover the whole process tree the driver waited for.
+
+Usage: benches/sidebyside/run.sh [--quick] [--runs N] [--only SUBSTRING] [--out FILE] [--keep]
+Environment: OURS_CMD (our worker; see README.md) and OURS_NAME (its label in the table);
+KAFKA_VERSION (default 4.2.2: the clients and tools; the broker at BOOTSTRAP is assumed to run it);
+BOOTSTRAP (default 127.0.0.1:9092); JAVA_OPTS (contender JVMs; default -Xms64m -Xmx512m).
+Python 3 standard library only.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+KAFKA_SH = os.path.join(REPO, "scripts", "kafka.sh")
+JAVA_DIR = os.path.join(REPO, "benches", "java")
+
+# Broker limits the slow-handler efficiency is measured against (PROTOCOL.md §6, 4.2 defaults).
+MAX_RECORD_LOCKS = 2000
+
+
+@dataclass(frozen=True)
+class Topic:
+    partitions: int
+    record_size: int
+    records: int
+
+    @property
+    def key(self):
+        return f"p{self.partitions}-{self.record_size}b-{self.records}"
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One way of consuming: how to start it for a scenario, and what it is."""
+
+    name: str
+    ack: str  # "explicit, per record" / "implicit"
+    kind: str  # "java-explicit" | "share-perf" | "ours"
+    threads: int = 1
+    max_poll_records: int = 500
+    acquire_mode: str = ""  # "" = the client's default (batch_optimized)
+
+
+@dataclass
+class Scenario:
+    section: str  # "noop" | "slow" | "heavy"
+    name: str
+    topic: Topic
+    handler: str
+    concurrency: int  # what our worker is given; Java: threads x max.poll.records
+    latency_ms: float  # mean handler latency, for the slow-handler limit
+    contenders: list
+    topic_name: str = ""
+
+
+@dataclass
+class Result:
+    scenario: str
+    contender: str
+    run: int
+    warmup: bool
+    records: int
+    wall_s: float = float("nan")
+    cpu_s: float = float("nan")
+    rss_kib: int = 0
+    lag_zero: bool = False
+    exit_code: object = None
+    signalled: bool = False
+    report: dict = field(default_factory=dict)
+    note: str = ""
+    group: str = ""
+    first_lag_s: float = float("nan")  # spawn -> the broker first reports a lag for every partition
+    first_lag: object = None  # that lag
+
+
+def say(msg):
+    print(f"sidebyside: {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The broker judge: one long-lived JVM (benches/java BrokerJudge) answering one JSON line per command.
+
+
+class Judge:
+    def __init__(self, java_cp, bootstrap):
+        self.proc = subprocess.Popen(
+            ["java", "-Xmx256m", "-cp", java_cp, "dev.shareworker.bench.BrokerJudge", bootstrap],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+        )
+        ready = self._read()
+        if not ready.get("ready"):
+            raise SystemExit(f"broker judge did not start: {ready}")
+
+    def _read(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit("broker judge exited")
+        return json.loads(line)
+
+    def ask(self, *words):
+        self.proc.stdin.write(" ".join(str(w) for w in words) + "\n")
+        self.proc.stdin.flush()
+        answer = self._read()
+        if "error" in answer:
+            raise RuntimeError(f"{' '.join(map(str, words))}: {answer['error']}")
+        return answer
+
+    def close(self):
+        try:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=15)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+
+
+# ---------------------------------------------------------------------------------------------
+# Scenarios
+
+
+def scenarios(quick):
+    java1 = Contender("Java explicit-ack loop", "explicit, per record", "java-explicit")
+    perf = Contender("Kafka ShareConsumerPerformance", "implicit (lighter contract)", "share-perf")
+    ours = Contender(os.environ.get("OURS_NAME", "share-worker (ours)"), "explicit, per record", "ours")
+
+    def java_k(n):
+        # K consumers x max.poll.records = N (BENCHMARKS.md); record_limit makes max.poll.records a
+        # hard cap on what each consumer holds (batch_optimized acquires whole batches).
+        k, mpr = {10: (10, 1), 100: (20, 5), 1000: (50, 20)}[n]
+        return Contender(f"Java {k} threads x {mpr} records", "explicit, per record", "java-explicit",
+                         threads=k, max_poll_records=mpr, acquire_mode="record_limit")
+
+    out = []
+    noop_counts = {100: 50_000, 1024: 20_000} if quick else {100: 500_000, 1024: 200_000}
+    for size in (100, 1024):
+        for parts in (1, 4):
+            out.append(Scenario("noop", f"no-op, P={parts}, {size_label(size)}",
+                                Topic(parts, size, noop_counts[size]), "noop", 500, 0.0,
+                                [java1, perf, ours]))
+    # Sized for the Java K-thread loops, which reach only a few % of the limit on 4.2 (see README).
+    slow = {10: 200, 100: 2_000} if quick else {10: 1_000, 100: 5_000, 1000: 20_000}
+    for n, count in slow.items():
+        out.append(Scenario("slow", f"sleep 50 ms, N={n}, P=4, 100 B", Topic(4, 100, count),
+                            "sleep:50", n, 50.0, [java_k(n), ours]))
+    heavy_count = 1_000 if quick else 3_000
+    out.append(Scenario("heavy", "heavy tail 95% 20 ms / 5% 2 s, N=100, P=4, 100 B",
+                        Topic(4, 100, heavy_count), "heavy:20:2000:5", 100,
+                        0.95 * 20 + 0.05 * 2000, [java_k(100), ours]))
+    return out
+
+
+def size_label(size):
+    return "1 KiB" if size == 1024 else f"{size} B"
+
+
+# ---------------------------------------------------------------------------------------------
+# Running one contender
+
+
+def contender_command(c, sc, group, bootstrap, java_cp, tools_cp, java_opts, ours_cmd):
+    topic = sc.topic_name
+    n = sc.topic.records
+    if c.kind == "java-explicit":
+        cmd = ["java", *java_opts, "-cp", java_cp, "dev.shareworker.bench.ExplicitAckLoop",
+               "--bootstrap-server", bootstrap, "--topic", topic, "--group", group,
+               # Run until SIGTERM: the broker, not the loop's own count, says when all is acked
+               # (a loop that stops at N handled records can leave records whose acks were lost).
+               "--records", "0", "--threads", str(c.threads),
+               "--max-poll-records", str(c.max_poll_records), "--handler", sc.handler,
+               "--label", c.name]
+        if c.acquire_mode:
+            cmd += ["--acquire-mode", c.acquire_mode]
+        return cmd
+    if c.kind == "share-perf":
+        return ["java", *java_opts, "-cp", tools_cp, "org.apache.kafka.tools.ShareConsumerPerformance",
+                "--bootstrap-server", bootstrap, "--topic", topic, "--group", group,
+                "--num-records", str(n), "--timeout", "30000"]
+    if c.kind == "ours":
+        return [*shlex.split(ours_cmd), "--bootstrap-server", bootstrap, "--topic", topic,
+                "--group", group, "--records", str(n), "--concurrency", str(sc.concurrency),
+                "--handler", sc.handler]
+    raise ValueError(c.kind)
+
+
+def run_one(judge, c, sc, run, warmup, ctx):
+    group = f"sbs-{ctx['session']}-{c.kind}-t{c.threads}-{slug(sc.name)}-r{run}"
+    ctx["groups"].append(group)
+    res = Result(sc.name, c.name, run, warmup, sc.topic.records, group=group)
+    judge.ask("earliest", group)
+    cmd = contender_command(c, sc, group, ctx["bootstrap"], ctx["java_cp"], ctx["tools_cp"],
+                            ctx["java_opts"], ctx["ours_cmd"])
+    log_path = os.path.join(ctx["logdir"], f"{group}.log")
+    timeout = ctx["timeout_s"]
+    say(f"{'warm-up' if warmup else f'run {run}'}: {c.name} on {sc.name} ({sc.topic.records} records)")
+    with open(log_path, "w") as log:
+        log.write(" ".join(shlex.quote(a) for a in cmd) + "\n")
+        log.flush()
+        start = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, start_new_session=True,
+                                text=True)
+        stdout_lines = []
+        reader = threading.Thread(target=lambda: stdout_lines.extend(proc.stdout), daemon=True)
+        reader.start()
+        status = rusage = None
+        done_at = exited_at = None
+        while True:
+            if status is None:
+                pid, st, ru = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    status, rusage = st, ru
+            lag = judge.ask("lag", group).get("lag")
+            now = time.monotonic()
+            if lag is not None and res.first_lag is None:
+                res.first_lag, res.first_lag_s = lag, now - start
+            if lag == 0:
+                done_at = now
+                break
+            if now - start > timeout:
+                res.note = f"no lag 0 within {timeout:.0f} s (lag {lag})"
+                break
+            if status is not None:
+                exited_at = exited_at or now
+                if now - exited_at > 10:  # the broker may need a moment to show the last acks
+                    res.note = f"exited before lag 0 (lag {lag})"
+                    break
+            time.sleep(ctx["poll_s"])
+        if done_at is not None:
+            res.lag_zero = True
+            res.wall_s = done_at - start
+        # Done (or given up): SIGTERM at once if it still runs, SIGKILL after 30 s.
+        if status is None:
+            status, rusage = wait_or_signal(proc, res)
+        reader.join(timeout=5)
+    res.exit_code = os.waitstatus_to_exitcode(status)
+    res.cpu_s = rusage.ru_utime + rusage.ru_stime
+    res.rss_kib = rusage.ru_maxrss
+    res.report = parse_report(c, stdout_lines)
+    if res.exit_code != 0 and not res.signalled:
+        res.note = (res.note + "; " if res.note else "") + f"exit {res.exit_code}"
+    with open(log_path, "a") as log:
+        log.write("--- stdout\n" + "".join(stdout_lines))
+    return res
+
+
+def wait_or_signal(proc, res):
+    for sig, grace in ((None, 0.2), (signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
+        if sig is not None:
+            res.signalled = True
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            pid, st, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                return st, ru
+            time.sleep(0.05)
+    _, st, ru = os.wait4(proc.pid, 0)
+    return st, ru
+
+
+def parse_report(c, lines):
+    if c.kind == "share-perf":
+        # CSV: start.time, end.time, data.consumed.in.MB, MB.sec, nMsg.sec, data.consumed.in.nMsg, fetch.time.ms
+        for line in lines:
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) == 7 and parts[0][:2].isdigit():
+                try:
+                    return {"records": int(parts[5]), "records_per_s": float(parts[4])}
+                except ValueError:
+                    pass
+        return {}
+    for line in reversed(lines):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                pass
+    return {}
+
+
+def steady(r):
+    """Records/s from the broker's first reported lag to lag 0 (NaN when it went straight to 0)."""
+    if not r.lag_zero or not r.first_lag or r.wall_s - r.first_lag_s <= 0:
+        return float("nan")
+    return r.first_lag / (r.wall_s - r.first_lag_s)
+
+
+def slug(text):
+    keep = "".join(ch if ch.isalnum() else "-" for ch in text.lower())
+    return "-".join(filter(None, keep.split("-")))[:40]
+
+
+# ---------------------------------------------------------------------------------------------
+# Set-up: build, topics, pre-fill
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, text=True, **kw)
+
+
+def prefill(topic_name, topic, bootstrap, logdir):
+    log_path = os.path.join(logdir, f"prefill-{topic_name}.log")
+    with open(log_path, "w") as log:
+        sh([KAFKA_SH, "tool", "org.apache.kafka.tools.ProducerPerformance", "--topic", topic_name,
+            "--num-records", str(topic.records), "--record-size", str(topic.record_size),
+            "--throughput", "-1", "--command-property", f"bootstrap.servers={bootstrap}", "acks=all",
+            "linger.ms=5", "batch.size=65536",
+            # One record per partition in turn: the default sticky partitioner puts a small topic's
+            # records into a single partition.
+            "partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner"],
+           stdout=log, stderr=subprocess.STDOUT)
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
+def fmt_range(values, fmt="{:.0f}"):
+    values = [v for v in values if v == v]  # drop NaN
+    if not values:
+        return "–"
+    med = statistics.median(values)
+    if len(values) == 1:
+        return fmt.format(med)
+    return f"{fmt.format(med)} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+
+
+def write_report(path, ctx, scs, results, broker_check, ours_available):
+    kept = [r for r in results if not r.warmup]
+    lines = []
+    mode = "quick" if ctx["quick"] else "full"
+    lines.append(f"# Side-by-side share-consumer benchmark ({mode})")
+    lines.append("")
+    lines.append(f"- Date: {ctx['date']}")
+    lines.append(f"- Kafka: {ctx['kafka_version']} (broker and clients), single local node at {ctx['bootstrap']}")
+    lines.append(f"- Machine: `nproc` = {os.cpu_count()}, {platform.machine()}, {platform.system()} "
+                 f"{platform.release()}; {ctx['java_version']}")
+    lines.append(f"- Runs: {ctx['runs']} interleaved per figure after one discarded warm-up round; "
+                 "figures are median (min–max)")
+    lines.append(f"- Contender JVM options: `{' '.join(ctx['java_opts'])}`")
+    spread = ", ".join(f"{'/'.join(map(str, v))}" for v in ctx["spread"].values())
+    lines.append(f"- Topics pre-filled once by ProducerPerformance (round-robin), records per partition: {spread}")
+    lines.append("- records/s spawn → lag 0 = records ÷ (contender spawn → the broker reports lag 0): "
+                 "includes process start, group join and share-state initialisation. Steady records/s = "
+                 "the lag the broker first reports ÷ (that moment → lag 0): the same broker view without "
+                 "the start-up (the first lag appears a few seconds in). % of limit uses the steady rate")
+    lines.append("- CPU seconds (user + sys) and peak RSS: the contender process tree's rusage, start-up "
+                 "included (a JVM start costs about 1–2 CPU s: small runs overstate CPU per record)")
+    lines.append("")
+
+    def cell(scenario, contender, fn, fmt="{:.0f}"):
+        vals = [fn(r) for r in kept if r.scenario == scenario and r.contender == contender]
+        return fmt_range(vals, fmt)
+
+    def check(scenario, contender):
+        rs = [r for r in kept if r.scenario == scenario and r.contender == contender]
+        ok = sum(1 for r in rs if r.lag_zero and broker_check.get(r.group) == 0)
+        notes = "; ".join(sorted({r.note for r in rs if r.note}))
+        return f"{ok}/{len(rs)}" + (f" ({notes})" if notes else "")
+
+    def rows(sc, extra):
+        out = []
+        for c in sc.contenders:
+            if c.kind == "ours" and not ours_available:
+                out.append(f"| {sc.name} | {c.name} | {c.ack} | not yet available (set OURS_CMD) |"
+                           + " |" * (5 + len(extra)))
+                continue
+            base = (f"| {sc.name} | {c.name} | {c.ack} | "
+                    f"{cell(sc.name, c.name, lambda r: r.records / r.wall_s)} | "
+                    f"{cell(sc.name, c.name, steady)} | "
+                    f"{cell(sc.name, c.name, lambda r: r.cpu_s / r.records * 1e6, '{:.1f}')} | "
+                    f"{cell(sc.name, c.name, lambda r: r.rss_kib / 1024)} |")
+            for _, fn, fmt in extra:
+                base += f" {cell(sc.name, c.name, fn, fmt)} |"
+            base += f" {cell(sc.name, c.name, lambda r: r.report.get('records', float('nan')))} |"
+            base += f" {check(sc.name, c.name)} |"
+            out.append(base)
+        return out
+
+    head = ("| scenario | contender | acks | records/s spawn → lag 0 | steady records/s | CPU s / 1M records "
+            "| peak RSS MiB |")
+    sep = "|---|---|---|---:|---:|---:|---:|"
+
+    lines.append("## No-op handler: throughput, CPU, memory")
+    lines.append("")
+    lines.append(head + " handled | broker lag 0 |")
+    lines.append(sep + "---:|---|")
+    for sc in scs:
+        if sc.section == "noop":
+            lines += rows(sc, [])
+    lines.append("")
+
+    lines.append("## Slow handler (50 ms): efficiency against min(N, P × max.record.locks) / latency")
+    lines.append("")
+    lines.append(head + " % of limit | handled | broker lag 0 |")
+    lines.append(sep + "---:|---:|---|")
+    for sc in scs:
+        if sc.section == "slow":
+            limit = min(sc.concurrency, sc.topic.partitions * MAX_RECORD_LOCKS) / (sc.latency_ms / 1000)
+            lines += rows(sc, [("eff", lambda r, lim=limit: 100 * steady(r) / lim, "{:.0f}")])
+    lines.append("")
+
+    lines.append("## Heavy-tailed handler")
+    lines.append("")
+    lines.append(head + " handled | broker lag 0 |")
+    lines.append(sep + "---:|---|")
+    for sc in scs:
+        if sc.section == "heavy":
+            lines += rows(sc, [])
+    lines.append("")
+    lines.append("## Not measured yet")
+    lines.append("")
+    lines.append("| figure | status |")
+    lines.append("|---|---|")
+    for fig in ("end-to-end latency p50 / p99 / p99.9 at a fixed produce rate",
+                "heavy-tail p99 latency (needs records produced during the run at a fixed rate: on a "
+                "pre-filled topic a record's age is mostly how long it sat there)",
+                "RSS per in-flight record (1k / 10k handlers parked)",
+                "RENEW: 5 s lock, 20 s handler, delivery count stays 1; renews/s"):
+        lines.append(f"| {fig} | driver step not written yet |")
+    lines.append("")
+    lines.append("Notes: Java K-thread contenders run K `KafkaShareConsumer`s in one JVM with "
+                 "`share.acquire.mode=record_limit` and K × `max.poll.records` = N; each thread runs "
+                 "its records one after another, so at most K handlers run at once. "
+                 "ShareConsumerPerformance uses implicit acknowledgement (acks ride on the next poll) — a "
+                 "lighter contract than acking each record. \"handled\" is the contender's own count of handled "
+                 "records (more than the topic holds = records handled twice). \"broker lag 0\": runs that "
+                 "reached lag 0 while watched and still show it in ShareGroupCommand at the end. Raw results: the `.jsonl` file next to this one.")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small record counts, 1 run (a few minutes)")
+    ap.add_argument("--runs", type=int, help="interleaved runs per figure (default 3; --quick: 1)")
+    ap.add_argument("--only", help="run only scenarios whose name contains this")
+    ap.add_argument("--out", help="Markdown output (default benches/sidebyside/results/<quick|full>.md)")
+    ap.add_argument("--keep", action="store_true", help="keep the topics and groups afterwards")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds per run before giving up")
+    args = ap.parse_args()
+
+    quick = args.quick
+    runs = args.runs or (1 if quick else 3)
+    bootstrap = os.environ.get("BOOTSTRAP", "127.0.0.1:9092")
+    kafka_version = os.environ.get("KAFKA_VERSION", "4.2.2")
+    ours_cmd = os.environ.get("OURS_CMD", "").strip()
+    java_opts = shlex.split(os.environ.get("JAVA_OPTS", "-Xms64m -Xmx512m"))
+    out = args.out or os.path.join(HERE, "results", f"{'quick' if quick else 'full'}.md")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    session = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d%H%M%S") + "-" + uuid.uuid4().hex[:4]
+    logdir = os.path.join(REPO, "target", "sidebyside", session)
+    os.makedirs(logdir, exist_ok=True)
+    say(f"session {session}, logs in {logdir}")
+
+    env = dict(os.environ, KAFKA_VERSION=kafka_version)
+    sh([os.path.join(JAVA_DIR, "build.sh")], env=env)
+    with open(os.path.join(JAVA_DIR, "target", kafka_version, "run-classpath.txt")) as f:
+        java_cp = f.read().strip()
+    # Resolves the broker's jars (tools included) into <repo>/.cache/kafka/jars/<version>.
+    sh([KAFKA_SH, "tool", "org.apache.kafka.tools.ShareConsumerPerformance", "--version"],
+       stdout=subprocess.DEVNULL, env=env)
+    jars = os.path.join(os.environ.get("KAFKA_CACHE", os.path.join(REPO, ".cache", "kafka")), "jars", kafka_version)
+    tools_cp = os.path.join(jars, "*")
+    java_version = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
+
+    ctx = dict(session=session, bootstrap=bootstrap, java_cp=java_cp, tools_cp=tools_cp,
+               java_opts=java_opts, ours_cmd=ours_cmd, logdir=logdir, groups=[], spread={}, quick=quick,
+               runs=runs, poll_s=0.1, kafka_version=kafka_version, java_version=java_version,
+               date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+               timeout_s=args.timeout or (300 if quick else 1800))
+
+    scs = [s for s in scenarios(quick) if not args.only or args.only in s.name]
+    if not scs:
+        raise SystemExit(f"no scenario matches --only {args.only!r}")
+
+    judge = Judge(java_cp, bootstrap)
+    topics = {}
+    results = []
+    try:
+        for sc in scs:
+            if sc.topic.key not in topics:
+                name = f"sbs-{session}-{sc.topic.key}"
+                judge.ask("create-topic", name, sc.topic.partitions)
+                say(f"pre-filling {name} with {sc.topic.records} records of {sc.topic.record_size} B")
+                prefill(name, sc.topic, bootstrap, logdir)
+                ends = judge.ask("end-offsets", name)
+                if ends["records"] != sc.topic.records or min(ends["partitions"]) == 0:
+                    raise SystemExit(f"{name} holds {ends}, expected {sc.topic.records} records in every partition")
+                ctx["spread"][name] = ends["partitions"]
+                topics[sc.topic.key] = name
+            sc.topic_name = topics[sc.topic.key]
+
+        def active(c):
+            return c.kind != "ours" or bool(ours_cmd)
+
+        # One discarded warm-up round: every contender once, on the first scenario it appears in.
+        warmed = set()
+        for sc in scs:
+            for c in sc.contenders:
+                if active(c) and (c.kind, c.threads) not in warmed:
+                    warmed.add((c.kind, c.threads))
+                    results.append(run_one(judge, c, sc, 0, True, ctx))
+        for run in range(1, runs + 1):
+            for sc in scs:
+                cs = [c for c in sc.contenders if active(c)]
+                shift = (run - 1) % max(1, len(cs))
+                for c in cs[shift:] + cs[:shift]:  # rotate the order between runs
+                    results.append(run_one(judge, c, sc, run, False, ctx))
+
+        broker_check = verify_with_share_group_command(ctx, env)
+        jsonl = os.path.splitext(out)[0] + ".jsonl"
+        with open(jsonl, "w") as f:
+            for r in results:
+                d = dict(r.__dict__)
+                d["broker_lag_after"] = broker_check.get(r.group)
+                f.write(json.dumps(d) + "\n")
+        write_report(out, ctx, scs, results, broker_check, bool(ours_cmd))
+        say(f"wrote {out}")
+        with open(out) as f:
+            print(f.read())
+    finally:
+        if not args.keep:
+            try:
+                if ctx["groups"]:
+                    judge.ask("delete-groups", *ctx["groups"])
+                if topics:
+                    judge.ask("delete-topics", *topics.values())
+            except (RuntimeError, SystemExit) as e:
+                say(f"clean-up: {e}")
+        judge.close()
+
+
+def verify_with_share_group_command(ctx, env):
+    """Total LAG per group from `ShareGroupCommand --describe --offsets` (one JVM for all groups)."""
+    groups = ctx["groups"]
+    if not groups:
+        return {}
+    cmd = [KAFKA_SH, "tool", "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
+           "--bootstrap-server", ctx["bootstrap"], "--describe", "--offsets"]
+    for g in groups:
+        cmd += ["--group", g]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    with open(os.path.join(ctx["logdir"], "share-group-command.txt"), "w") as f:
+        f.write(proc.stdout + proc.stderr)
+    lags = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 5 and parts[0] in groups:
+            try:
+                lag = int(parts[4])
+            except ValueError:  # "-": no state for that partition
+                lag = None
+            prev = lags.get(parts[0], 0)
+            lags[parts[0]] = None if prev is None or lag is None else prev + lag
+    return lags
+
+
+if __name__ == "__main__":
+    main()
