@@ -6,7 +6,9 @@
 //!
 //! - [`Worker`] runs tower services ([`Job`] → [`Outcome`]) over a [`source::ShareSource`]: see
 //!   [`runtime`] for the model (slots, renewal, shutdown).
-//! - [`testing::MemoryBroker`] is a share-group broker in memory, for tests without Kafka.
+//! - [`policy`]: retries with backoff, the last attempt to the dead-letter sink ([`dlq`]).
+//! - [`testing::MemoryBroker`] is a share-group broker in memory, for tests without Kafka, and
+//!   [`testing::MemoryDlq`] a dead-letter sink in memory.
 //!
 //! ```
 //! use std::convert::Infallible;
@@ -52,6 +54,7 @@ mod error;
 mod job;
 pub mod kafka;
 mod outcome;
+pub mod policy;
 pub mod runtime;
 pub mod source;
 pub mod testing;

@@ -4,8 +4,6 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
-use crate::source::AckKind;
-
 /// What a handler says happened. Every job ends with one; the runtime turns it into an
 /// acknowledgement the moment it is known.
 ///
@@ -14,9 +12,12 @@ use crate::source::AckKind;
 /// | `Accept` | ACCEPT: done for good                                                    |
 /// | `Retry`  | RELEASE: the broker delivers it again, with its delivery count + 1       |
 /// | `Reject` | REJECT: the broker archives it and never delivers it again               |
+/// | `Undecodable` | REJECT: the payload can never be read                               |
 ///
-/// `Retry::after` is a hint for the retry policy (hold the record, renewing its lock, for that
-/// long before releasing it); until that policy exists a retry is released at once.
+/// The [failure policy](crate::policy) sits between the outcome and the acknowledgement: a `Retry`
+/// is held for a backoff (or `after`) before its RELEASE, a failure on the last attempt goes to the
+/// dead-letter sink, and so do `Reject` (reason `rejected`, unless switched off) and `Undecodable`
+/// (reason `decode`); those are REJECTed only once the sink confirmed the write.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Outcome {
@@ -24,8 +25,8 @@ pub enum Outcome {
     Accept,
     /// The job failed in a way that may succeed later.
     Retry {
-        /// Wait at least this long before the next attempt, if the handler knows (a rate limit's
-        /// `Retry-After`, say). `None` lets the retry policy choose.
+        /// Wait this long before the next attempt, if the handler knows (a rate limit's
+        /// `Retry-After`, say), capped at the backoff's max. `None` lets the retry policy choose.
         after: Option<Duration>,
         /// Why, for logs and the dead-letter record.
         reason: Cow<'static, str>,
@@ -33,6 +34,13 @@ pub enum Outcome {
     /// The job can never succeed: drop it (and log why).
     Reject {
         /// Why, for logs and the dead-letter record.
+        reason: Cow<'static, str>,
+    },
+    /// The payload does not decode into what the handler takes (bad JSON, wrong schema): it goes
+    /// to the dead-letter sink with reason `decode` and is never retried. Extractors such as
+    /// `Json<T>` return it without calling the handler.
+    Undecodable {
+        /// What did not decode, for logs and the dead-letter record.
         reason: Cow<'static, str>,
     },
 }
@@ -61,12 +69,20 @@ impl Outcome {
         }
     }
 
-    /// The lower-case name used in logs and metrics: `accept`, `retry` or `reject`.
+    /// The payload does not decode: dead-letter it (reason `decode`), never retry it.
+    pub fn undecodable(reason: impl Into<Cow<'static, str>>) -> Self {
+        Outcome::Undecodable {
+            reason: reason.into(),
+        }
+    }
+
+    /// The lower-case name used in logs and metrics: `accept`, `retry`, `reject` or `undecodable`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Outcome::Accept => "accept",
             Outcome::Retry { .. } => "retry",
             Outcome::Reject { .. } => "reject",
+            Outcome::Undecodable { .. } => "undecodable",
         }
     }
 
@@ -74,16 +90,21 @@ impl Outcome {
     pub fn reason(&self) -> Option<&str> {
         match self {
             Outcome::Accept => None,
-            Outcome::Retry { reason, .. } | Outcome::Reject { reason } => Some(reason),
+            Outcome::Retry { reason, .. }
+            | Outcome::Reject { reason }
+            | Outcome::Undecodable { reason } => Some(reason),
         }
     }
 
-    /// The acknowledgement this outcome becomes (before any retry policy).
-    pub(crate) fn ack_kind(&self) -> AckKind {
+    /// The acknowledgement this outcome becomes without the failure policy (tests only: the
+    /// runtime applies the policy).
+    #[cfg(test)]
+    pub(crate) fn ack_kind(&self) -> crate::source::AckKind {
+        use crate::source::AckKind;
         match self {
             Outcome::Accept => AckKind::Accept,
             Outcome::Retry { .. } => AckKind::Release,
-            Outcome::Reject { .. } => AckKind::Reject,
+            Outcome::Reject { .. } | Outcome::Undecodable { .. } => AckKind::Reject,
         }
     }
 }
@@ -100,6 +121,7 @@ impl fmt::Display for Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::AckKind;
 
     #[test]
     fn outcomes_map_to_acknowledgements() {
@@ -110,6 +132,7 @@ mod tests {
             AckKind::Release
         );
         assert_eq!(Outcome::reject("x").ack_kind(), AckKind::Reject);
+        assert_eq!(Outcome::undecodable("x").ack_kind(), AckKind::Reject);
     }
 
     #[test]
@@ -117,6 +140,10 @@ mod tests {
         assert_eq!(Outcome::Accept.to_string(), "accept");
         assert_eq!(Outcome::reject("bad json").to_string(), "reject: bad json");
         assert_eq!(Outcome::retry("timeout").reason(), Some("timeout"));
+        assert_eq!(
+            Outcome::undecodable("expected a JSON object").to_string(),
+            "undecodable: expected a JSON object"
+        );
         assert!(matches!(
             Outcome::retry_after(Duration::from_secs(3), "429"),
             Outcome::Retry { after: Some(d), .. } if d == Duration::from_secs(3)

@@ -8,6 +8,8 @@ use std::time::Duration;
 use tower::Service;
 use tower::util::BoxService;
 
+use crate::dlq::DlqSink;
+use crate::policy::Backoff;
 use crate::source::ShareSource;
 use crate::{Error, ErrorKind, Job, Outcome, Result};
 
@@ -91,6 +93,66 @@ impl<S: ShareSource> WorkerBuilder<S> {
     /// Default 30 s.
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
         self.config.shutdown_grace = grace;
+        self
+    }
+
+    /// How many times a handler runs for one record at most (its delivery count is the attempt
+    /// number). Default: the group's delivery-count limit − 1, read from the source when the worker
+    /// starts (Kafka's default limit 5 is assumed when the source cannot tell), so the last delivery
+    /// is reserved for the dead-letter hand-off. A value at or above the limit is capped to it − 1.
+    /// See [`crate::policy`].
+    pub fn max_attempts(mut self, attempts: u16) -> Self {
+        self.config.policy.max_attempts = Some(attempts);
+        self
+    }
+
+    /// How long a retryable failure waits before its next attempt, from its delivery count
+    /// (default: 1 s doubling up to 5 min, with jitter). A handler's
+    /// [`Outcome::retry_after`] is used instead, capped at the backoff's max.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.config.policy.backoff = backoff;
+        self
+    }
+
+    /// How many records wait out a backoff at once, at most (default: half the concurrency, at
+    /// least 1). Held records keep their slots and locks; a retry beyond this is released at once,
+    /// without a backoff, and counted in [`Summary::held_overflow`](super::Summary::held_overflow);
+    /// 0 releases every retry at once.
+    pub fn max_held(mut self, max: usize) -> Self {
+        self.config.policy.max_held = Some(max);
+        self
+    }
+
+    /// Where records go that must not be retried again: failures on the last attempt, records that
+    /// arrive past their attempts (`delivery_limit`), undecodable payloads and explicit rejects.
+    /// A record is REJECTed only after the sink confirmed its write; while the sink fails, such
+    /// records keep their locks and the worker fetches nothing new.
+    ///
+    /// **Without a sink those records are REJECTed at once and only logged**: the broker archives
+    /// them and their payloads are kept nowhere. Configure one in production.
+    pub fn dlq(mut self, sink: Arc<dyn DlqSink>) -> Self {
+        self.config.policy.dlq = Some(sink);
+        self
+    }
+
+    /// Whether an explicit [`Outcome::Reject`] goes to the dead-letter sink (reason `rejected`)
+    /// before its REJECT. Default true; false makes it a plain REJECT.
+    pub fn dlq_on_reject(mut self, on: bool) -> Self {
+        self.config.policy.dlq_on_reject = on;
+        self
+    }
+
+    /// How long to wait before writing again to a failing dead-letter sink (default: 500 ms
+    /// doubling up to 30 s, with jitter).
+    pub fn dlq_backoff(mut self, backoff: Backoff) -> Self {
+        self.config.policy.dlq_backoff = backoff;
+        self
+    }
+
+    /// How long one dead-letter write may take before it counts as failed (default 60 s). A write
+    /// that timed out may still land: the record can then be dead-lettered twice, never zero times.
+    pub fn dlq_timeout(mut self, timeout: Duration) -> Self {
+        self.config.policy.dlq_timeout = timeout;
         self
     }
 

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::policy::PolicyConfig;
 use crate::{Error, ErrorKind, Result};
 
 /// Settings of one [`Worker`](super::Worker), checked once by the builder.
@@ -17,6 +18,8 @@ pub(crate) struct Config {
     pub(crate) job_timeout: Duration,
     /// How long shutdown waits for running handlers.
     pub(crate) shutdown_grace: Duration,
+    /// Retries, backoff and the dead-letter sink.
+    pub(crate) policy: PolicyConfig,
 }
 
 impl Default for Config {
@@ -27,6 +30,7 @@ impl Default for Config {
             renew_at: 0.5,
             job_timeout: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(30),
+            policy: PolicyConfig::default(),
         }
     }
 }
@@ -47,7 +51,14 @@ impl Config {
         if self.job_timeout.is_zero() {
             return fail("`job_timeout`: expected a duration above 0");
         }
-        Ok(())
+        self.policy.validate()
+    }
+
+    /// Records held for a backoff at most: `max_held`, or half the concurrency (at least 1).
+    pub(crate) fn max_held(&self) -> usize {
+        self.policy
+            .max_held
+            .unwrap_or_else(|| (self.concurrency / 2).max(1))
     }
 
     /// How often to renew a lock of `lock` duration; `None` when the source reports no lock.

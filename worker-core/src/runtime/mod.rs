@@ -12,8 +12,12 @@
 //!   and again each time that much more has passed; due renewals are issued together. If a renewal
 //!   fails the job's [`CancellationToken`](tokio_util::sync::CancellationToken) fires and its late
 //!   outcome is dropped and counted as a possible duplicate: another worker may have it by now.
-//! - **Failures.** A handler that panics or runs past `job_timeout` is retried (released); the
-//!   worker never dies of a handler. A record of a topic with no route is released with a warning.
+//! - **Failures.** Outcomes go through the [failure policy](crate::policy): a retryable failure
+//!   (`Retry`, a panic, running past `job_timeout`) below the last attempt is held for a backoff
+//!   (its lock renewed) and then released; a failure on the last attempt, an undecodable payload, an
+//!   explicit reject and a record that arrives past its attempts go to the dead-letter sink and are
+//!   rejected once it confirmed. The worker never dies of a handler. A record of a topic with no
+//!   route is released with a warning.
 //! - **Shutdown.** On [`ShutdownHandle::shutdown`] (or ctrl-c / SIGTERM with
 //!   [`Worker::run_until_signal`]) the worker stops fetching, waits up to `shutdown_grace` for
 //!   running handlers, acknowledges what finished, cancels and releases the rest, then closes the
@@ -75,11 +79,14 @@ mod tests;
 use std::fmt;
 
 use crate::Result;
+use crate::policy::Policy;
 use crate::source::ShareSource;
 
 pub use builder::WorkerBuilder;
 pub use shutdown::ShutdownHandle;
-pub use summary::{AckFailures, Summary};
+pub use summary::{AckFailures, DeadLetterCounts, Summary};
+
+pub(crate) use slots::SlotKey;
 
 use builder::RouteService;
 use config::Config;
@@ -108,6 +115,9 @@ impl<S: ShareSource> Worker<S> {
     /// Runs until shut down through a [`ShutdownHandle`] (or until the source closes), then closes
     /// the source and returns what the worker did.
     ///
+    /// It first asks the source for the group's delivery-count limit
+    /// ([`ShareSource::delivery_limit`]) to resolve `max_attempts` (see [`crate::policy`]).
+    ///
     /// Fails with [`ErrorKind::Closed`](crate::ErrorKind::Closed) if the source closed under the
     /// worker, or with the source's error if closing it failed; the summary is logged either way.
     ///
@@ -120,7 +130,9 @@ impl<S: ShareSource> Worker<S> {
             config,
             shutdown,
         } = self;
-        let dispatcher = Dispatcher::new(&source, &config, routes, shutdown.token().clone());
+        let policy = resolve_policy(&source, &config).await;
+        let dispatcher =
+            Dispatcher::new(&source, &config, routes, shutdown.token().clone(), policy);
         let (summary, fatal) = dispatcher.run().await;
         let closed = source.close().await;
         tracing::info!(?summary, "worker stopped");
@@ -141,6 +153,44 @@ impl<S: ShareSource> Worker<S> {
         }
         run.await
     }
+}
+
+/// Asks the source for the group's delivery limit and resolves the failure policy against it.
+async fn resolve_policy<S: ShareSource>(source: &S, config: &Config) -> Policy {
+    let limit = match source.delivery_limit().await {
+        Ok(limit) => limit,
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot read the group's delivery-count limit: assuming the default");
+            None
+        }
+    };
+    let policy = Policy::new(&config.policy, limit);
+    if let (Some(max), Some(limit)) = (config.policy.max_attempts, limit)
+        && max >= limit
+    {
+        tracing::warn!(
+            max_attempts = max,
+            delivery_limit = limit,
+            "`max_attempts` is at or above the group's delivery-count limit: capped to the limit - 1, the last delivery is reserved for the dead-letter hand-off"
+        );
+    }
+    if policy.last_attempt() == 0 {
+        tracing::error!(
+            ?limit,
+            "the delivery-count limit leaves no attempt for handlers: every record goes to the dead-letter path"
+        );
+    }
+    if config.policy.dlq.is_none() {
+        tracing::warn!(
+            "no dead-letter sink configured: records that use up their attempts, do not decode or are rejected will be REJECTed (archived by the broker) and only logged"
+        );
+    }
+    tracing::info!(
+        ?limit,
+        max_attempts = policy.last_attempt(),
+        "failure policy resolved"
+    );
+    policy
 }
 
 impl<S: fmt::Debug> fmt::Debug for Worker<S> {

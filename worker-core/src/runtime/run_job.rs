@@ -108,6 +108,9 @@ mod tests {
                 lost: false,
                 renew_every: None,
                 next_renewal: None,
+                delivery_count: 1,
+                record: None,
+                held_until: None,
                 span: tracing::Span::none(),
             })
             .unwrap()

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Span;
 
-use crate::source::{AckKind, DeliveryId};
+use crate::source::{AckKind, Delivery, DeliveryId};
 
 /// Names one occupancy of one slot: a slot reused for a later record gets a new `seq`, so late
 /// events for the earlier record are recognised and ignored.
@@ -24,6 +24,11 @@ pub(crate) enum Phase {
     Queued,
     /// Its handler runs.
     Running,
+    /// A retry waiting out its backoff; its lock is renewed, then it is released.
+    Held,
+    /// Waiting for the dead-letter sink to confirm its write (or to be tried again); its lock is
+    /// renewed, then it is rejected.
+    DeadLettering,
     /// Its acknowledgement is on the way.
     Acking(AckKind),
 }
@@ -40,6 +45,12 @@ pub(crate) struct InFlight {
     pub(crate) renew_every: Option<Duration>,
     /// When the next renewal is scheduled, if one is.
     pub(crate) next_renewal: Option<Instant>,
+    /// The broker's delivery count: the attempt number.
+    pub(crate) delivery_count: u16,
+    /// A copy of the record for the dead-letter sink (kept only when one is configured).
+    pub(crate) record: Option<Delivery>,
+    /// Until when a [`Phase::Held`] record is held.
+    pub(crate) held_until: Option<Instant>,
     pub(crate) span: Span,
 }
 
@@ -145,6 +156,9 @@ mod tests {
             lost: false,
             renew_every: None,
             next_renewal: None,
+            delivery_count: 1,
+            record: None,
+            held_until: None,
             span: Span::none(),
         }
     }

@@ -1,5 +1,6 @@
 //! [`Summary`]: what a worker did, returned by [`Worker::run`](super::Worker::run).
 
+use crate::dlq::DlqReason;
 use crate::source::AckError;
 
 /// What a worker did between start and shutdown.
@@ -10,10 +11,29 @@ pub struct Summary {
     pub fetched: u64,
     /// Jobs whose outcome was `Accept`, handed to the source as ACCEPT.
     pub accepted: u64,
-    /// Jobs whose outcome was `Retry` (panics and timeouts included), handed to the source.
+    /// Retryable failures (`Retry`, panics, timeouts) below the last attempt: released for another
+    /// attempt, after a backoff hold unless counted in `held_overflow`.
     pub retried: u64,
-    /// Jobs whose outcome was `Reject`, handed to the source as REJECT.
+    /// Retries held for a backoff (renewing their lock) before their RELEASE.
+    pub retries_scheduled: u64,
+    /// Retries released at once, without a backoff, because `max_held` records were already held.
+    pub held_overflow: u64,
+    /// Jobs whose outcome was `Reject` (dead-lettered first unless `dlq_on_reject` is off).
     pub rejected: u64,
+    /// Records sent down the dead-letter path, by reason: written to the sink and then rejected,
+    /// or with no sink configured rejected at once (see `rejected_without_dlq`).
+    pub dead_letters: DeadLetterCounts,
+    /// Dead-letter writes the sink confirmed.
+    pub dlq_written: u64,
+    /// Dead-letter writes that failed (each is tried again; the record keeps its lock).
+    pub dlq_failures: u64,
+    /// Times fetching paused because the dead-letter sink started failing.
+    pub dlq_pauses: u64,
+    /// Records still waiting for the failing dead-letter sink when the shutdown grace period
+    /// ended: RELEASEd, neither accepted nor rejected.
+    pub dlq_released_on_shutdown: u64,
+    /// Records that should have gone to the DLQ but were REJECTed because no sink is configured.
+    pub rejected_without_dlq: u64,
     /// Handlers that panicked (each counted as a retry).
     pub panicked: u64,
     /// Handlers that ran past the job timeout (each counted as a retry).
@@ -35,6 +55,60 @@ pub struct Summary {
     pub possible_duplicates: u64,
     /// Fetches that failed.
     pub fetch_errors: u64,
+}
+
+/// Dead-lettered records by [`DlqReason`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeadLetterCounts {
+    /// [`DlqReason::HandlerError`].
+    pub handler_error: u64,
+    /// [`DlqReason::Decode`].
+    pub decode: u64,
+    /// [`DlqReason::Timeout`].
+    pub timeout: u64,
+    /// [`DlqReason::Panic`].
+    pub panic: u64,
+    /// [`DlqReason::DeliveryLimit`].
+    pub delivery_limit: u64,
+    /// [`DlqReason::Rejected`].
+    pub rejected: u64,
+}
+
+impl DeadLetterCounts {
+    /// All dead-lettered records.
+    pub fn total(&self) -> u64 {
+        self.handler_error
+            + self.decode
+            + self.timeout
+            + self.panic
+            + self.delivery_limit
+            + self.rejected
+    }
+
+    /// The count for one reason.
+    pub fn get(&self, reason: DlqReason) -> u64 {
+        match reason {
+            DlqReason::HandlerError => self.handler_error,
+            DlqReason::Decode => self.decode,
+            DlqReason::Timeout => self.timeout,
+            DlqReason::Panic => self.panic,
+            DlqReason::DeliveryLimit => self.delivery_limit,
+            DlqReason::Rejected => self.rejected,
+        }
+    }
+
+    pub(crate) fn count(&mut self, reason: DlqReason) {
+        let n = match reason {
+            DlqReason::HandlerError => &mut self.handler_error,
+            DlqReason::Decode => &mut self.decode,
+            DlqReason::Timeout => &mut self.timeout,
+            DlqReason::Panic => &mut self.panic,
+            DlqReason::DeliveryLimit => &mut self.delivery_limit,
+            DlqReason::Rejected => &mut self.rejected,
+        };
+        *n += 1;
+    }
 }
 
 /// Failed acknowledgements by kind of failure.

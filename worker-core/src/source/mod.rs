@@ -53,6 +53,17 @@ pub trait ShareSource: Send + Sync + 'static {
     /// Flushes queued acknowledgements, releases every record still acquired, closes the share
     /// sessions and leaves the group.
     fn close(&self) -> impl Future<Output = Result<()>> + Send;
+
+    /// The group's delivery-count limit (Kafka: `group.share.delivery.count.limit`, or the group's
+    /// `share.delivery.count.limit` override): a record released or whose lock ends at this many
+    /// deliveries is archived by the broker. `Ok(None)` when the source cannot tell (the default).
+    ///
+    /// The worker asks once when it starts: its handlers get at most the limit − 1 attempts and the
+    /// last delivery is reserved for the dead-letter hand-off (see [`crate::policy`]). When it is
+    /// unknown the worker assumes Kafka's default, 5, unless `max_attempts` is configured.
+    fn delivery_limit(&self) -> impl Future<Output = Result<Option<u16>>> + Send {
+        async { Ok(None) }
+    }
 }
 
 /// Which record a delivery is, and which acquisition of it.

@@ -136,6 +136,10 @@ impl ShareSource for MemoryMember {
         receipt(result, latency)
     }
 
+    async fn delivery_limit(&self) -> Result<Option<u16>> {
+        Ok(Some(self.broker.shared.state().config.delivery_limit))
+    }
+
     async fn close(&self) -> Result<()> {
         {
             let freed = self.broker.shared.state().release_member(self.index, true);

@@ -20,6 +20,8 @@
 //!   (a disconnect), [`MemoryBrokerBuilder::ack_latency`] (slow acknowledgements),
 //!   [`ShareSource::close`](crate::source::ShareSource::close) on a member (it leaves the group).
 //!
+//! [`MemoryDlq`] is a dead-letter sink in memory (with failure injection) to go with it.
+//!
 //! Every member fetches from every topic; records are acquired lowest offset first, each fetch
 //! starting at the next partition in turn.
 //!
@@ -47,10 +49,12 @@
 //! ```
 
 mod broker;
+mod dlq;
 mod member;
 mod state;
 
 pub use broker::{MemoryBroker, MemoryBrokerBuilder, ProducedRecord};
+pub use dlq::MemoryDlq;
 pub use member::MemoryMember;
 
 use std::sync::Arc;

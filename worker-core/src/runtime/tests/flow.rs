@@ -91,6 +91,8 @@ async fn outcomes_become_acknowledgements() {
     assert_eq!(summary.ack_failures.total(), 0);
 }
 
+/// An unrouted record is released until its last delivery, which goes down the dead-letter path
+/// (here: no sink, so a logged REJECT) instead of the broker's silent archive.
 #[tokio::test(start_paused = true)]
 async fn records_without_a_route_are_released() {
     let broker = MemoryBroker::builder().delivery_limit(2).build();
@@ -109,9 +111,11 @@ async fn records_without_a_route_are_released() {
     .await;
     shutdown.shutdown();
     let summary = run.await.unwrap().unwrap();
-    assert_eq!(summary.unrouted, 2);
+    assert_eq!(summary.unrouted, 1);
+    assert_eq!(summary.dead_letters.delivery_limit, 1);
+    assert_eq!(summary.rejected_without_dlq, 1);
     assert_eq!(summary.accepted, 1);
-    assert_eq!(broker.stats().releases, 2);
+    assert_eq!((broker.stats().releases, broker.stats().rejects), (1, 1));
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,9 +1,11 @@
 //! Runtime tests: behaviour against the [`MemoryBroker`](crate::testing::MemoryBroker), the
 //! dispatch loop against a mocked port, and the load, renewal and shutdown scenarios.
 
+mod dlq_down;
 mod flow;
 mod load;
 mod mock;
+mod policy;
 mod renewal;
 mod shutdown;
 mod spans;

@@ -3,8 +3,15 @@
 //!
 //! It is one hand-written poll loop (like tower's `Buffer` worker), so every step sees the same
 //! state without locks: in one pass it dispatches every record whose service is ready, settles every
-//! finished handler, frees every slot whose acknowledgement was answered, issues every due renewal
-//! together, and starts the next fetch if a slot is free.
+//! finished handler through the [failure policy](crate::policy), frees every slot whose
+//! acknowledgement was answered, handles finished dead-letter writes, releases held retries whose
+//! backoff ended, issues every due renewal together, and starts the next fetch if a slot is free
+//! (and the dead-letter sink is not failing).
+//!
+//! `settle.rs` turns outcomes into acknowledgements, holds and dead letters; `stop.rs` is shutdown.
+
+mod settle;
+mod stop;
 
 use std::convert::Infallible;
 use std::future::{Future, poll_fn};
@@ -22,6 +29,10 @@ use tracing::Instrument;
 use tracing::field::Empty;
 use tracing::instrument::Instrumented;
 
+use crate::dlq::DlqReason;
+use crate::policy::Policy;
+use crate::policy::dead_letters::DeadLetters;
+use crate::policy::holds::Holds;
 use crate::source::{AckError, AckKind, Delivery, ShareSource};
 use crate::{Error, ErrorKind, Job, Outcome, Result};
 
@@ -75,6 +86,13 @@ where
     summary: Summary,
     fatal: Option<Error>,
     due: Vec<(Instant, SlotKey)>,
+    policy: Policy,
+    /// Retries waiting out their backoff.
+    holds: Holds,
+    /// Dead-letter writes; `None` without a sink.
+    dead_letters: Option<DeadLetters>,
+    /// Fetching is paused because the dead-letter sink fails (for the recovery log).
+    dlq_paused: bool,
 }
 
 impl<'a, S, Svc> Dispatcher<'a, S, Svc>
@@ -87,7 +105,11 @@ where
         config: &'a Config,
         routes: Routes<Svc>,
         shutdown: CancellationToken,
+        policy: Policy,
     ) -> Self {
+        let dead_letters = config.policy.dlq.clone().map(|sink| {
+            DeadLetters::new(sink, config.policy.dlq_backoff, config.policy.dlq_timeout)
+        });
         Self {
             source,
             config,
@@ -106,6 +128,10 @@ where
             summary: Summary::default(),
             fatal: None,
             due: Vec::new(),
+            policy,
+            holds: Holds::new(config.max_held()),
+            dead_letters,
+            dlq_paused: false,
         }
     }
 
@@ -148,6 +174,12 @@ where
                 self.on_renewed(key, result);
                 progress = true;
             }
+            progress |= self.poll_dead_letters(cx, now);
+            progress |= self.release_held(now);
+            progress |= self
+                .dead_letters
+                .as_mut()
+                .is_some_and(|writer| writer.retry_due(now));
             progress |= self.renew_due(now);
             progress |= self.expire_grace(now);
             progress |= self.start_fetch(now);
@@ -171,9 +203,29 @@ where
         Poll::Pending
     }
 
+    /// Handles every dead-letter write that ended.
+    fn poll_dead_letters(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
+        let mut progress = false;
+        while let Some(writer) = self.dead_letters.as_mut() {
+            let Poll::Ready(written) = writer.poll_written(cx, now) else {
+                break;
+            };
+            self.on_written(written);
+            progress = true;
+        }
+        progress
+    }
+
     /// Asks for min(free slots, max_poll_records) records, if fetching is allowed now.
     fn start_fetch(&mut self, now: Instant) -> bool {
         if self.stopping.is_some() || self.fetch.is_some() {
+            return false;
+        }
+        if self
+            .dead_letters
+            .as_ref()
+            .is_some_and(DeadLetters::is_failing)
+        {
             return false;
         }
         if let Some(at) = self.fetch_not_before {
@@ -241,6 +293,9 @@ where
             lost: false,
             renew_every,
             next_renewal,
+            delivery_count: delivery.delivery_count,
+            record: None,
+            held_until: None,
             span,
         };
         let Some(key) = self.slots.insert(job) else {
@@ -256,14 +311,43 @@ where
         if let Some(at) = next_renewal {
             self.renewals.schedule(key, at);
         }
+        if self.policy.exhausted(delivery.delivery_count) {
+            self.admit_exhausted(key, delivery);
+            return;
+        }
         match self.routes.route_for(&delivery.id.topic) {
-            Some(route) => self.routes.enqueue(route, key, delivery),
+            Some(route) => {
+                if self.dead_letters.is_some()
+                    && let Some(job) = self.slots.get_mut(key)
+                {
+                    // Kept for the dead-letter sink: the handler consumes the job. Reference counts
+                    // only, plus the header list when the record has headers.
+                    job.record = Some(delivery.clone());
+                }
+                self.routes.enqueue(route, key, delivery);
+            }
             None => {
                 tracing::warn!(record = %delivery.id, "no route for this topic: releasing the record");
                 self.summary.unrouted += 1;
                 self.release_for(key, "unrouted");
             }
         }
+    }
+
+    /// A record that arrived past its attempts: dead-lettered (`delivery_limit`) without calling
+    /// its handler, which may be what keeps killing workers.
+    fn admit_exhausted(&mut self, key: SlotKey, delivery: Delivery) {
+        let count = delivery.delivery_count;
+        let error = format!(
+            "delivered {count} times without an outcome (attempts allowed: {}): earlier attempts crashed or lost their lock",
+            self.policy.last_attempt()
+        );
+        if let Some(job) = self.slots.get(key) {
+            job.span
+                .record("outcome", DlqReason::DeliveryLimit.as_str());
+            tracing::warn!(parent: &job.span, "{error}: dead-lettering it without calling the handler");
+        }
+        self.dead_letter(key, DlqReason::DeliveryLimit, error, Some(delivery));
     }
 
     /// Calls the route's service for a queued record (the service is ready).
@@ -295,77 +379,6 @@ where
         }
     }
 
-    /// A handler ended: count its outcome and acknowledge it (unless its lock was lost).
-    fn on_finished(&mut self, key: SlotKey, finished: Finished, took: Duration) {
-        self.unschedule(key);
-        let Some(job) = self.slots.get_mut(key) else {
-            return;
-        };
-        let outcome = match finished {
-            Finished::Done(outcome) => outcome,
-            Finished::Panicked(message) => {
-                self.summary.panicked += 1;
-                tracing::warn!(parent: &job.span, panic = %message, "handler panicked: retrying");
-                Outcome::retry(format!("handler panicked: {message}"))
-            }
-            Finished::TimedOut => {
-                job.cancel.cancel();
-                self.summary.timed_out += 1;
-                tracing::warn!(parent: &job.span, timeout = ?self.config.job_timeout, "handler timed out: retrying");
-                Outcome::retry("the job timed out")
-            }
-        };
-        job.span.record("outcome", outcome.as_str());
-        job.span.record(
-            "duration_ms",
-            u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
-        );
-        if let Some(reason) = outcome.reason() {
-            tracing::info!(parent: &job.span, reason, "{}", outcome.as_str());
-        }
-        if job.lost {
-            self.summary.late_acks_dropped += 1;
-            self.summary.possible_duplicates += 1;
-            tracing::warn!(parent: &job.span, "the lock was lost before the handler finished: outcome dropped, the record may be processed again");
-            self.forget(key);
-            return;
-        }
-        match &outcome {
-            Outcome::Accept => self.summary.accepted += 1,
-            Outcome::Retry { .. } => self.summary.retried += 1,
-            Outcome::Reject { .. } => self.summary.rejected += 1,
-        }
-        self.acknowledge(key, outcome.ack_kind());
-    }
-
-    /// Hands the acknowledgement to the source at once; the slot stays held until it is answered.
-    fn acknowledge(&mut self, key: SlotKey, kind: AckKind) {
-        self.unschedule(key);
-        let Some(job) = self.slots.get_mut(key) else {
-            return;
-        };
-        job.phase = Phase::Acking(kind);
-        let receipt = self.source.acknowledge(&job.id, kind);
-        self.acking.push(SlotReceipt::new(key, receipt));
-    }
-
-    fn on_acked(&mut self, key: SlotKey, result: std::result::Result<(), AckError>) {
-        let Some(job) = self.slots.remove(key) else {
-            return;
-        };
-        if let Err(err) = result {
-            self.summary.ack_failures.count(&err);
-            let kind = match job.phase {
-                Phase::Acking(kind) => kind,
-                _ => AckKind::Release,
-            };
-            if kind == AckKind::Accept {
-                self.summary.possible_duplicates += 1;
-            }
-            tracing::warn!(parent: &job.span, error = %err, ack = kind.as_str(), "acknowledgement failed: the broker will deliver the record again");
-        }
-    }
-
     /// Issues every renewal due by `now` together, and schedules the next ones.
     fn renew_due(&mut self, now: Instant) -> bool {
         if self.renewals.next_due().is_none_or(|at| at > now) {
@@ -381,8 +394,11 @@ where
                 continue;
             }
             job.next_renewal = None;
-            let (Some(every), Phase::Queued | Phase::Running, false) =
-                (job.renew_every, job.phase, job.lost)
+            let (
+                Some(every),
+                Phase::Queued | Phase::Running | Phase::Held | Phase::DeadLettering,
+                false,
+            ) = (job.renew_every, job.phase, job.lost)
             else {
                 continue;
             };
@@ -408,13 +424,32 @@ where
             return;
         };
         self.summary.renewal_failures += 1;
-        if job.lost || !matches!(job.phase, Phase::Queued | Phase::Running) {
+        if job.lost {
             return;
         }
-        job.lost = true;
-        job.cancel.cancel();
-        tracing::warn!(parent: &job.span, error = %err, "renewal failed: the lock is lost, cancelling the job");
-        self.unschedule(key);
+        match job.phase {
+            Phase::Queued | Phase::Running => {
+                job.lost = true;
+                job.cancel.cancel();
+                tracing::warn!(parent: &job.span, error = %err, "renewal failed: the lock is lost, cancelling the job");
+                self.unschedule(key);
+            }
+            Phase::Held => {
+                tracing::warn!(parent: &job.span, error = %err, "renewal failed while the record waited for its retry: the broker delivers it again");
+                if let Some(until) = job.held_until.take() {
+                    self.holds.cancel(key, until);
+                }
+                self.forget(key);
+            }
+            Phase::DeadLettering => {
+                // Keep writing it: if its lock ran out at the delivery limit the broker archives
+                // it, and the dead letter is then its only copy. A second copy is possible.
+                job.lost = true;
+                tracing::warn!(parent: &job.span, error = %err, "renewal failed while the record waited for the dead-letter sink: still writing it, it may be dead-lettered twice");
+                self.unschedule(key);
+            }
+            Phase::Acking(_) => {}
+        }
     }
 
     fn unschedule(&mut self, key: SlotKey) {
@@ -431,85 +466,6 @@ where
         self.slots.remove(key);
     }
 
-    /// Stops fetching and releases the records that never started.
-    fn begin_shutdown(&mut self, now: Instant) {
-        if self.stopping.is_some() {
-            return;
-        }
-        self.stopping = Some(Stopping {
-            grace_deadline: now + self.config.shutdown_grace,
-            grace_expired: false,
-        });
-        tracing::info!(
-            running = self.running.len(),
-            held = self.slots.held(),
-            grace = ?self.config.shutdown_grace,
-            "shutting down: no more fetches, waiting for running handlers"
-        );
-        for (key, _) in self.routes.drain() {
-            if self.slots.get(key).is_some_and(|job| job.lost) {
-                self.forget(key);
-            } else {
-                self.summary.released_on_shutdown += 1;
-                self.release_for(key, "released_on_shutdown");
-            }
-        }
-    }
-
-    /// Releases a record that has no outcome of its own; `why` becomes its span's outcome.
-    fn release_for(&mut self, key: SlotKey, why: &'static str) {
-        if let Some(job) = self.slots.get(key) {
-            job.span.record("outcome", why);
-        }
-        self.acknowledge(key, AckKind::Release);
-    }
-
-    /// At the end of the grace period: cancels the handlers still running and releases their records.
-    fn expire_grace(&mut self, now: Instant) -> bool {
-        let Some(stopping) = &mut self.stopping else {
-            return false;
-        };
-        if stopping.grace_expired || now < stopping.grace_deadline {
-            return false;
-        }
-        stopping.grace_expired = true;
-        self.fetch = None;
-        let mut unfinished = Vec::new();
-        for (key, job) in self.slots.iter_mut() {
-            if job.phase == Phase::Running {
-                job.cancel.cancel();
-                unfinished.push((key, job.lost));
-            }
-        }
-        self.running = FuturesUnordered::new();
-        if !unfinished.is_empty() {
-            tracing::warn!(
-                unfinished = unfinished.len(),
-                "grace period over: cancelling and releasing unfinished jobs"
-            );
-        }
-        for (key, lost) in unfinished {
-            if lost {
-                self.forget(key);
-            } else {
-                self.summary.released_on_shutdown += 1;
-                self.release_for(key, "released_on_shutdown");
-            }
-        }
-        true
-    }
-
-    fn is_done(&self, now: Instant) -> bool {
-        let Some(stopping) = &self.stopping else {
-            return false;
-        };
-        if self.fetch.is_some() {
-            return false;
-        }
-        self.slots.held() == 0
-            || (stopping.grace_expired && now >= stopping.grace_deadline + FLUSH_TIMEOUT)
-    }
-
     /// The earliest time something is due: a renewal, the end of a fetch pause, the grace period.
     fn next_wake(&self) -> Option<Instant> {
         let fetch_pause = self
@@ -522,10 +478,17 @@ where
                 s.grace_deadline
             }
         });
-        [self.renewals.next_due(), fetch_pause, grace]
-            .into_iter()
-            .flatten()
-            .min()
+        let dlq_retry = self.dead_letters.as_ref().and_then(DeadLetters::next_retry);
+        [
+            self.renewals.next_due(),
+            self.holds.next_due(),
+            dlq_retry,
+            fetch_pause,
+            grace,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 }
 
@@ -536,6 +499,11 @@ impl<S, Svc: Service<Job>> std::fmt::Debug for Dispatcher<'_, S, Svc> {
             .field("queued", &self.routes.queued())
             .field("running", &self.running.len())
             .field("renewals", &self.renewals.len())
+            .field("held", &self.holds.len())
+            .field(
+                "dead_letters",
+                &self.dead_letters.as_ref().map_or(0, DeadLetters::len),
+            )
             .field("fetching", &self.fetch.is_some())
             .finish_non_exhaustive()
     }

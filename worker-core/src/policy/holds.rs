@@ -1,0 +1,63 @@
+//! [`Holds`]: records waiting out a retry backoff, ordered by when they are released.
+
+use std::collections::BTreeSet;
+
+use tokio::time::Instant;
+
+use crate::runtime::SlotKey;
+
+/// Records held for a backoff. Bounded by `max_held`; each holds its slot and its lock meanwhile.
+#[derive(Debug)]
+pub(crate) struct Holds {
+    due: BTreeSet<(Instant, SlotKey)>,
+    max: usize,
+}
+
+impl Holds {
+    /// At most `max` records held at once.
+    pub(crate) fn new(max: usize) -> Self {
+        Self {
+            due: BTreeSet::new(),
+            max,
+        }
+    }
+
+    /// Holds `key` until `until`; `false` (and nothing held) when `max_held` records already are.
+    pub(crate) fn hold(&mut self, key: SlotKey, until: Instant) -> bool {
+        if self.due.len() >= self.max {
+            return false;
+        }
+        self.due.insert((until, key))
+    }
+
+    /// Stops holding `key` (held until `until`).
+    pub(crate) fn cancel(&mut self, key: SlotKey, until: Instant) {
+        self.due.remove(&(until, key));
+    }
+
+    /// When the next hold ends.
+    pub(crate) fn next_due(&self) -> Option<Instant> {
+        self.due.first().map(|(at, _)| *at)
+    }
+
+    /// Takes every hold that ended by `now`, earliest first.
+    pub(crate) fn take_due(&mut self, now: Instant, into: &mut Vec<(Instant, SlotKey)>) {
+        while let Some(&(at, key)) = self.due.first() {
+            if at > now {
+                break;
+            }
+            self.due.pop_first();
+            into.push((at, key));
+        }
+    }
+
+    /// Takes every hold (shutdown).
+    pub(crate) fn take_all(&mut self, into: &mut Vec<(Instant, SlotKey)>) {
+        into.extend(std::mem::take(&mut self.due));
+    }
+
+    /// Records held now.
+    pub(crate) fn len(&self) -> usize {
+        self.due.len()
+    }
+}

@@ -1,0 +1,243 @@
+//! Settling records: outcome → [failure policy](crate::policy) → acknowledgement, retry hold or
+//! dead letter; and the answers to acknowledgements and dead-letter writes.
+
+use std::convert::Infallible;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+use tower::Service;
+
+use crate::dlq::{DeadLetter, DlqReason};
+use crate::policy::dead_letters::Written;
+use crate::policy::{Cause, Verdict};
+use crate::source::{AckError, AckKind, Delivery, ShareSource};
+use crate::{Job, Outcome};
+
+use super::super::receipt::SlotReceipt;
+use super::super::run_job::Finished;
+use super::super::slots::{Phase, SlotKey};
+use super::Dispatcher;
+
+impl<S, Svc> Dispatcher<'_, S, Svc>
+where
+    S: ShareSource,
+    Svc: Service<Job, Response = Outcome, Error = Infallible>,
+{
+    /// A handler ended: count its outcome and apply the policy (unless its lock was lost).
+    pub(super) fn on_finished(&mut self, key: SlotKey, finished: Finished, took: Duration) {
+        let Some(job) = self.slots.get_mut(key) else {
+            return;
+        };
+        let (outcome, cause) = match finished {
+            Finished::Done(outcome) => (outcome, Cause::Handler),
+            Finished::Panicked(message) => {
+                self.summary.panicked += 1;
+                tracing::warn!(parent: &job.span, panic = %message, "handler panicked");
+                (
+                    Outcome::retry(format!("handler panicked: {message}")),
+                    Cause::Panic,
+                )
+            }
+            Finished::TimedOut => {
+                job.cancel.cancel();
+                self.summary.timed_out += 1;
+                tracing::warn!(parent: &job.span, timeout = ?self.config.job_timeout, "handler timed out");
+                (Outcome::retry("the job timed out"), Cause::Timeout)
+            }
+        };
+        job.span.record("outcome", outcome.as_str());
+        job.span.record(
+            "duration_ms",
+            u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+        );
+        if let Some(reason) = outcome.reason() {
+            tracing::info!(parent: &job.span, reason, "{}", outcome.as_str());
+        }
+        if job.lost {
+            self.summary.late_acks_dropped += 1;
+            self.summary.possible_duplicates += 1;
+            tracing::warn!(parent: &job.span, "the lock was lost before the handler finished: outcome dropped, the record may be processed again");
+            self.forget(key);
+            return;
+        }
+        let attempt = job.delivery_count;
+        if matches!(outcome, Outcome::Reject { .. }) {
+            self.summary.rejected += 1;
+        }
+        match self.policy.decide(&outcome, cause, attempt) {
+            Verdict::Accept => {
+                self.summary.accepted += 1;
+                self.acknowledge(key, AckKind::Accept);
+            }
+            Verdict::Retry(delay) => {
+                self.summary.retried += 1;
+                self.hold(key, delay);
+            }
+            Verdict::Reject => self.acknowledge(key, AckKind::Reject),
+            Verdict::DeadLetter(reason) => {
+                let error = outcome.reason().unwrap_or_default().to_owned();
+                self.dead_letter(key, reason, error, None);
+            }
+        }
+    }
+
+    /// Holds a retry for `delay`, renewing its lock, then releases it; at once when the delay is
+    /// zero, when shutting down, or when `max_held` records are already held.
+    fn hold(&mut self, key: SlotKey, delay: Duration) {
+        if delay.is_zero() || self.stopping.is_some() {
+            self.acknowledge(key, AckKind::Release);
+            return;
+        }
+        let until = Instant::now() + delay;
+        if !self.holds.hold(key, until) {
+            self.summary.held_overflow += 1;
+            if let Some(job) = self.slots.get(key) {
+                tracing::debug!(parent: &job.span, max_held = self.holds.len(), "too many retries held: releasing without a backoff");
+            }
+            self.acknowledge(key, AckKind::Release);
+            return;
+        }
+        self.summary.retries_scheduled += 1;
+        if let Some(job) = self.slots.get_mut(key) {
+            job.phase = Phase::Held;
+            job.held_until = Some(until);
+            tracing::debug!(parent: &job.span, ?delay, "holding the record for its retry backoff");
+        }
+    }
+
+    /// Releases every held retry whose backoff ended by `now`.
+    pub(super) fn release_held(&mut self, now: Instant) -> bool {
+        if self.holds.next_due().is_none_or(|at| at > now) {
+            return false;
+        }
+        let mut due = std::mem::take(&mut self.due);
+        self.holds.take_due(now, &mut due);
+        for (at, key) in due.drain(..) {
+            if let Some(job) = self.slots.get_mut(key)
+                && job.phase == Phase::Held
+                && job.held_until == Some(at)
+            {
+                job.held_until = None;
+                self.acknowledge(key, AckKind::Release);
+            }
+        }
+        self.due = due;
+        true
+    }
+
+    /// Sends a record down the dead-letter path: to the sink (REJECTed once it confirms), or with
+    /// no sink configured straight to REJECT. `delivery` is the record when the slot does not keep
+    /// a copy (it arrived past its attempts).
+    pub(super) fn dead_letter(
+        &mut self,
+        key: SlotKey,
+        reason: DlqReason,
+        error: String,
+        delivery: Option<Delivery>,
+    ) {
+        self.summary.dead_letters.count(reason);
+        let Some(job) = self.slots.get_mut(key) else {
+            return;
+        };
+        let Some(writer) = self.dead_letters.as_mut() else {
+            self.summary.rejected_without_dlq += 1;
+            tracing::error!(parent: &job.span, reason = reason.as_str(), error = %error, "no dead-letter sink configured: REJECTING the record, the broker archives it and its payload is kept nowhere");
+            self.acknowledge(key, AckKind::Reject);
+            return;
+        };
+        let Some(delivery) = delivery.or_else(|| job.record.take()) else {
+            // Not reached: a slot keeps its record whenever a sink is configured.
+            tracing::error!(parent: &job.span, "the record to dead-letter was not kept: releasing it");
+            self.acknowledge(key, AckKind::Release);
+            return;
+        };
+        job.phase = Phase::DeadLettering;
+        tracing::warn!(parent: &job.span, reason = reason.as_str(), error = %error, "dead-lettering the record");
+        let letter = DeadLetter {
+            delivery,
+            reason,
+            error,
+            handler: job.id.topic.clone(),
+            failed_at: SystemTime::now(),
+        };
+        writer.write(key, letter);
+    }
+
+    /// A dead-letter write ended: REJECT the record once the sink confirmed; otherwise it waits,
+    /// locked, for the next try.
+    pub(super) fn on_written(&mut self, written: Written) {
+        match written {
+            Written::Confirmed(key) => {
+                self.summary.dlq_written += 1;
+                if self.dlq_paused && !self.dead_letters.as_ref().is_some_and(|w| w.is_failing()) {
+                    self.dlq_paused = false;
+                    tracing::info!("the dead-letter sink recovered: fetching resumes");
+                }
+                let Some(job) = self.slots.get(key) else {
+                    return;
+                };
+                if job.phase != Phase::DeadLettering {
+                    return;
+                }
+                if job.lost {
+                    tracing::warn!(parent: &job.span, "dead-lettered, but the lock was lost meanwhile: not rejecting, the broker may deliver it again");
+                    self.summary.possible_duplicates += 1;
+                    self.forget(key);
+                    return;
+                }
+                self.acknowledge(key, AckKind::Reject);
+            }
+            Written::Failed {
+                key,
+                error,
+                began_failing,
+            } => {
+                self.summary.dlq_failures += 1;
+                if began_failing {
+                    self.summary.dlq_pauses += 1;
+                    self.dlq_paused = true;
+                    tracing::error!(error = %error, "the dead-letter sink is failing: fetching paused; records for it keep their locks until it recovers");
+                } else if let Some(job) = self.slots.get(key) {
+                    tracing::debug!(parent: &job.span, error = %error, "dead-letter write failed: trying again");
+                }
+            }
+        }
+    }
+
+    /// Hands the acknowledgement to the source at once; the slot stays held until it is answered.
+    pub(super) fn acknowledge(&mut self, key: SlotKey, kind: AckKind) {
+        self.unschedule(key);
+        let Some(job) = self.slots.get_mut(key) else {
+            return;
+        };
+        job.phase = Phase::Acking(kind);
+        job.record = None;
+        let receipt = self.source.acknowledge(&job.id, kind);
+        self.acking.push(SlotReceipt::new(key, receipt));
+    }
+
+    pub(super) fn on_acked(&mut self, key: SlotKey, result: std::result::Result<(), AckError>) {
+        let Some(job) = self.slots.remove(key) else {
+            return;
+        };
+        if let Err(err) = result {
+            self.summary.ack_failures.count(&err);
+            let kind = match job.phase {
+                Phase::Acking(kind) => kind,
+                _ => AckKind::Release,
+            };
+            if kind == AckKind::Accept {
+                self.summary.possible_duplicates += 1;
+            }
+            tracing::warn!(parent: &job.span, error = %err, ack = kind.as_str(), "acknowledgement failed: the broker will deliver the record again");
+        }
+    }
+
+    /// Releases a record that has no outcome of its own; `why` becomes its span's outcome.
+    pub(super) fn release_for(&mut self, key: SlotKey, why: &'static str) {
+        if let Some(job) = self.slots.get(key) {
+            job.span.record("outcome", why);
+        }
+        self.acknowledge(key, AckKind::Release);
+    }
+}
