@@ -494,3 +494,170 @@ async fn close_releases_held_records_at_once() -> Result<()> {
     b.close().await?;
     Ok(())
 }
+
+/// The Java console share consumer from the broker harness, in its own process group so that the
+/// JVM (a child of the harness script) can be stopped with it.
+struct JavaShareConsumer {
+    child: tokio::process::Child,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl JavaShareConsumer {
+    fn start(topic: &str, group: &str) -> Result<Self> {
+        let script = std::env::var("KAFKA_SH")
+            .unwrap_or_else(|_| format!("{}/../scripts/kafka.sh", env!("CARGO_MANIFEST_DIR")));
+        let mut child = tokio::process::Command::new("bash")
+            .arg(&script)
+            .args([
+                "tool",
+                "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
+            ])
+            .args([
+                "--bootstrap-server",
+                &bootstrap(),
+                "--topic",
+                topic,
+                "--group",
+                group,
+            ])
+            .args(["--timeout-ms", "8000"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("starting {script}"))?;
+        let stdout = child.stdout.take().context("stdout")?;
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        tokio::spawn(async move {
+            use tokio::io::AsyncBufReadExt;
+            let mut lines = tokio::io::BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(mut s) = sink.lock() {
+                    s.push(line);
+                }
+            }
+        });
+        Ok(Self { child, seen })
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Stops the whole process group (the script and its JVM).
+    fn stop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &format!("-{pid}")])
+                .status();
+        }
+    }
+}
+
+impl Drop for JavaShareConsumer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Done-when 9: this client and Kafka's Java share consumer in one group consume a topic together
+/// with nothing missing.
+#[tokio::test]
+async fn interoperates_with_the_java_share_consumer() -> Result<()> {
+    let (admin, topic, group) = setup(1, None).await?;
+    let total = 3000u32;
+    produce(&topic, total).await?;
+    let expected: HashSet<String> = (0..total).map(|i| format!("v-{i}")).collect();
+    let mut java = JavaShareConsumer::start(&topic, &group)?;
+    // Let the JVM join and take its first records before ours starts.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while java.seen().is_empty() {
+        ensure!(
+            Instant::now() < deadline,
+            "the Java share consumer delivered nothing in 60s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let src = source(&group, &topic).await?;
+    let mut ours: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let union: HashSet<String> = ours.iter().cloned().chain(java.seen()).collect();
+        if expected.is_subset(&union) {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "missing {} records (ours {}, java {})",
+            expected.difference(&union).count(),
+            ours.len(),
+            java.seen().len()
+        );
+        let got = src.fetch(20).await?;
+        ours.extend(
+            got.iter().map(|d| {
+                String::from_utf8_lossy(d.value.as_deref().unwrap_or_default()).into_owned()
+            }),
+        );
+        ack_all(&src, &got, AckKind::Accept).await?;
+    }
+    ensure!(!ours.is_empty(), "our client got nothing");
+    src.close().await?;
+    // The Java consumer exits on its own after 8 s without records, acknowledging what it printed.
+    let exited = tokio::time::timeout(Duration::from_secs(60), java.child.wait()).await;
+    ensure!(exited.is_ok(), "the Java share consumer did not exit");
+    wait_lag_zero(&admin, &group, &topic).await?;
+    Ok(())
+}
+
+/// The admin helpers read the delivery-count limit and reject a group id used by a consumer group.
+#[tokio::test]
+async fn admin_reads_the_delivery_count_limit() -> Result<()> {
+    let (admin, _topic, group) = setup(1, None).await?;
+    let limit = admin.delivery_count_limit(&group).await?;
+    ensure!((2..=10).contains(&limit), "delivery count limit {limit}");
+    Ok(())
+}
+
+/// Joining with the id of an existing consumer group fails with a message that says so.
+#[tokio::test]
+async fn a_consumer_group_id_is_a_clear_fatal_error() -> Result<()> {
+    use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+    let admin = Admin::connect(bootstrap()).await?;
+    let topic = unique("t");
+    let group = unique("g");
+    admin.create_topic(&topic, 1, 1).await?;
+    produce(&topic, 1).await?;
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", &group)
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()?;
+    consumer.subscribe(&[&topic])?;
+    tokio::time::timeout(Duration::from_secs(30), consumer.recv()).await??;
+    consumer.commit_consumer_state(CommitMode::Sync)?;
+    let src = source(&group, &topic).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match src.fetch(1).await {
+            Err(e) => {
+                ensure!(
+                    e.message().contains("not a share group"),
+                    "unclear error: {e}"
+                );
+                break;
+            }
+            Ok(got) => {
+                ensure!(got.is_empty(), "a consumer group's records were delivered");
+                ensure!(
+                    Instant::now() < deadline,
+                    "joining a consumer group did not fail"
+                );
+            }
+        }
+    }
+    src.close().await?;
+    Ok(())
+}

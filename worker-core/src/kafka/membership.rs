@@ -49,7 +49,7 @@ pub(crate) fn fatal_error(
 ) -> Option<(ErrorKind, String)> {
     let detail = message.map(|m| format!(" ({m})")).unwrap_or_default();
     let (kind, text) = match code {
-        69 => (
+        69 | 23 => (
             ErrorKind::Group,
             format!("group {group} is a consumer or classic group, not a share group"),
         ),

@@ -8,6 +8,12 @@
 
 mod acks;
 mod admin;
+#[doc(hidden)]
+pub mod __bench {
+    //! Benchmark entry points; not public API.
+    pub use super::bench_support::{decode_acquired, sample_records};
+}
+mod bench_support;
 mod cluster;
 mod codec;
 mod config;
