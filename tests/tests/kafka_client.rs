@@ -319,9 +319,18 @@ async fn renew_keeps_the_lock_and_its_absence_loses_it() -> Result<()> {
 #[tokio::test]
 async fn two_clients_share_one_partition() -> Result<()> {
     let (admin, topic, group) = setup(1, None).await?;
-    produce(&topic, 400).await?;
     let a = source(&group, &topic).await?;
     let b = source(&group, &topic).await?;
+    // Both members hold the partition before any record exists.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while a.assignment().is_empty() || b.assignment().is_empty() {
+        ensure!(
+            Instant::now() < deadline,
+            "both members were not assigned within 30s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    produce(&topic, 400).await?;
     let mut seen: HashMap<i64, usize> = HashMap::new();
     let mut per_client = [0usize; 2];
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -567,19 +576,27 @@ impl Drop for JavaShareConsumer {
 async fn interoperates_with_the_java_share_consumer() -> Result<()> {
     let (admin, topic, group) = setup(1, None).await?;
     let total = 3000u32;
-    produce(&topic, total).await?;
     let expected: HashSet<String> = (0..total).map(|i| format!("v-{i}")).collect();
-    let mut java = JavaShareConsumer::start(&topic, &group)?;
-    // Let the JVM join and take its first records before ours starts.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while java.seen().is_empty() {
-        ensure!(
-            Instant::now() < deadline,
-            "the Java share consumer delivered nothing in 60s"
-        );
+    let src = source(&group, &topic).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while src.assignment().is_empty() {
+        ensure!(Instant::now() < deadline, "no assignment within 30s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let src = source(&group, &topic).await?;
+    let java = JavaShareConsumer::start(&topic, &group)?;
+    // Records arrive as a stream over ~10 s, so both consumers are in the group while they come.
+    let producing = {
+        let topic = topic.clone();
+        tokio::spawn(async move {
+            let p = producer(&[])?;
+            for chunk in 0..50 {
+                produce_with(&p, &topic, chunk * 60..(chunk + 1) * 60).await?;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            anyhow::Ok(())
+        })
+    };
+    let mut java = java;
     let mut ours: Vec<String> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
@@ -602,7 +619,9 @@ async fn interoperates_with_the_java_share_consumer() -> Result<()> {
         );
         ack_all(&src, &got, AckKind::Accept).await?;
     }
+    producing.await??;
     ensure!(!ours.is_empty(), "our client got nothing");
+    ensure!(!java.seen().is_empty(), "the Java consumer got nothing");
     src.close().await?;
     // The Java consumer exits on its own after 8 s without records, acknowledging what it printed.
     let exited = tokio::time::timeout(Duration::from_secs(60), java.child.wait()).await;
