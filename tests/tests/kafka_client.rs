@@ -483,8 +483,27 @@ async fn close_releases_held_records_at_once() -> Result<()> {
         .map(|d| a.acknowledge(&d.id, AckKind::Accept))
         .collect();
     let b = source(&group, &topic).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !admin
+        .share_group_members(&group)
+        .await?
+        .iter()
+        .any(|m| m == a.member_id())
+    {
+        ensure!(
+            Instant::now() < deadline,
+            "member a never showed up in the group"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let closed_at = Instant::now();
     a.close().await?;
+    // The group was left: a is gone from it at once.
+    let members = admin.share_group_members(&group).await?;
+    ensure!(
+        !members.iter().any(|m| m == a.member_id()),
+        "a still in the group: {members:?}"
+    );
     for r in futures::future::join_all(receipts).await {
         r.context("ack flushed by close")?;
     }
