@@ -230,7 +230,7 @@ mod tests {
         let addr = listener.local_addr().unwrap().to_string();
         tokio::spawn(async move {
             let (mut s, _) = listener.accept().await.unwrap();
-            let mut read_request = async |s: &mut tokio::net::TcpStream| -> i32 {
+            let read_request = async |s: &mut tokio::net::TcpStream| -> i32 {
                 let size = s.read_i32().await.unwrap();
                 let mut buf = vec![0u8; size as usize];
                 s.read_exact(&mut buf).await.unwrap();
