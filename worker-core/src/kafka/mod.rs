@@ -6,6 +6,7 @@
 //! acknowledgements are pipelined: records may be settled in any order while further fetches go
 //! on. See `shared/design/PROTOCOL.md` for the wire facts.
 
+mod ack_queue;
 mod acks;
 mod admin;
 #[doc(hidden)]
