@@ -155,7 +155,7 @@ async fn run(
                     epoch = hb.member_epoch;
                     send_topics = false;
                     wait = Duration::from_millis(
-                        u64::try_from(hb.interval_ms.max(100)).unwrap_or(5000),
+                        u64::try_from(hb.interval_ms.clamp(100, 60_000)).unwrap_or(5000),
                     );
                     tx.send_modify(|s| {
                         s.epoch = epoch;
