@@ -274,7 +274,9 @@ impl Driver {
         let listed_keys: Vec<(Uuid, i32)> = listed.keys().copied().collect();
         let forgotten: Vec<(Uuid, Vec<i32>)> = forgotten.into_iter().collect();
         let max_records = i32::try_from(max_records).unwrap_or(i32::MAX);
-        let wait = if self.shared.has_pending() {
+        // A broker handles one request per connection at a time: while acknowledgements ride on
+        // this fetch or wait behind it, do not hold it open.
+        let wait = if !taken.is_empty() || self.shared.has_pending() {
             Duration::ZERO
         } else {
             max_wait
