@@ -92,6 +92,7 @@ pub(crate) fn spawn(
         jobs: rx,
         cancel,
         backoff: Duration::from_millis(50),
+        lock_timeout: Duration::from_secs(30),
     };
     SessionHandle {
         shared,
@@ -115,6 +116,8 @@ struct Driver {
     jobs: mpsc::Receiver<FetchJob>,
     cancel: CancellationToken,
     backoff: Duration,
+    /// The acquisition lock duration the broker last reported (30 s, its default, until then).
+    lock_timeout: Duration,
 }
 
 impl Driver {
@@ -330,6 +333,13 @@ impl Driver {
             ));
         }
         self.epoch = next_epoch(self.epoch);
+        // Keep the last lock duration the broker named; a response without one must not make
+        // records look unlocked.
+        if let Ok(ms) = u64::try_from(resp.lock_timeout_ms)
+            && ms > 0
+        {
+            self.lock_timeout = Duration::from_millis(ms);
+        }
         for tp in listed_keys {
             self.in_session.insert(tp);
         }
@@ -342,7 +352,7 @@ impl Driver {
             node: self.shared.node,
             generation,
             sent_at: Some(sent_at),
-            lock_timeout: Duration::from_millis(u64::try_from(resp.lock_timeout_ms).unwrap_or(0)),
+            lock_timeout: self.lock_timeout,
             ..FetchOutcome::default()
         };
         let mut results = HashMap::new();
