@@ -488,3 +488,41 @@ async fn a_consumer_group_id_is_a_clear_fatal_error() -> Result<()> {
     src.close().await?;
     Ok(())
 }
+
+/// Acknowledgements and renewals made while another task's fetch is waiting at the broker are
+/// sent as soon as that fetch returns, and all are answered.
+#[tokio::test]
+async fn acks_made_during_a_waiting_fetch_are_answered() -> Result<()> {
+    let (admin, topic, group) = setup(1, None).await?;
+    produce(&topic, 20).await?;
+    let src = source(&group, &topic).await?;
+    let held = fetch_n(&src, 20, 20, Duration::from_secs(30)).await?;
+    // Nothing is left to acquire: this fetch waits at the broker for its full MaxWaitMs.
+    let waiting = {
+        let src = src.clone();
+        tokio::spawn(async move { src.fetch(10).await })
+    };
+    let renewals: Vec<_> = held[..10].iter().map(|d| src.renew(&d.id)).collect();
+    let acks: Vec<_> = held
+        .iter()
+        .map(|d| src.acknowledge(&d.id, AckKind::Accept))
+        .collect();
+    let answered = tokio::time::timeout(Duration::from_secs(5), async {
+        (
+            futures::future::join_all(renewals).await,
+            futures::future::join_all(acks).await,
+        )
+    })
+    .await
+    .context("receipts not answered within 5s")?;
+    for r in answered.0 {
+        r.context("renew")?;
+    }
+    for r in answered.1 {
+        r.context("ack")?;
+    }
+    ensure!(waiting.await??.is_empty());
+    wait_lag_zero(&admin, &group, &topic).await?;
+    src.close().await?;
+    Ok(())
+}
