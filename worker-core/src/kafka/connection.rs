@@ -215,3 +215,102 @@ pub(crate) fn decode_api_versions(body: Bytes) -> Result<HashMap<i16, (i16, i16)
     r.skip_tags()?;
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A one-connection fake broker: answers ApiVersions (share v2 present or not), then replies to
+    /// the next request with `frame` (raw bytes after the size prefix) announced as `size`.
+    async fn fake_broker(share_v2: bool, reply: Option<(i32, Vec<u8>)>) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let read_request = async |s: &mut tokio::net::TcpStream| -> i32 {
+                let size = s.read_i32().await.unwrap();
+                let mut buf = vec![0u8; size as usize];
+                s.read_exact(&mut buf).await.unwrap();
+                i32::from_be_bytes(buf[4..8].try_into().unwrap())
+            };
+            let correlation = read_request(&mut s).await;
+            let max = if share_v2 { 2 } else { 1 };
+            let mut body = BytesMut::new();
+            body.put_i32(correlation);
+            body.put_i16(0);
+            put_compact_len(&mut body, 2);
+            for key in [
+                super::super::codec::SHARE_FETCH,
+                super::super::codec::SHARE_ACKNOWLEDGE,
+            ] {
+                body.put_i16(key);
+                body.put_i16(1);
+                body.put_i16(max);
+                put_empty_tags(&mut body);
+            }
+            body.put_i32(0);
+            put_empty_tags(&mut body);
+            s.write_i32(body.len() as i32).await.unwrap();
+            s.write_all(&body).await.unwrap();
+            if let Some((size, frame)) = reply {
+                let _ = read_request(&mut s).await;
+                s.write_i32(size).await.unwrap();
+                s.write_all(&frame).await.unwrap();
+            }
+            let _ = s.read_u8().await;
+        });
+        addr
+    }
+
+    fn options() -> ConnectOptions {
+        ConnectOptions {
+            client_id: "test".into(),
+            max_frame: 1024,
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+
+    use super::super::wire::put_compact_len;
+
+    #[tokio::test]
+    async fn a_broker_without_share_v2_is_refused_with_a_clear_message() {
+        let addr = fake_broker(false, None).await;
+        let conn = Connection::connect(&addr, &options()).await.unwrap();
+        let err = conn.require_share_v2().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unsupported);
+        assert!(
+            err.message()
+                .contains("share groups with RENEW need Kafka 4.2+"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn frames_over_the_cap_are_errors() {
+        let addr = fake_broker(true, Some((1 << 30, Vec::new()))).await;
+        let mut conn = Connection::connect(&addr, &options()).await.unwrap();
+        conn.require_share_v2().unwrap();
+        let err = conn
+            .call(SHARE_FETCH_KEY, 2, b"", Duration::ZERO)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Protocol);
+        assert!(conn.is_broken());
+    }
+
+    #[tokio::test]
+    async fn a_wrong_correlation_id_is_an_error() {
+        let addr = fake_broker(true, Some((8, vec![0, 0, 0, 99, 0, 0, 0, 0]))).await;
+        let mut conn = Connection::connect(&addr, &options()).await.unwrap();
+        let err = conn
+            .call(SHARE_FETCH_KEY, 2, b"", Duration::ZERO)
+            .await
+            .unwrap_err();
+        assert!(err.message().contains("correlation"), "{err}");
+    }
+
+    const SHARE_FETCH_KEY: i16 = super::super::codec::SHARE_FETCH;
+}

@@ -10,12 +10,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::ack_queue::PendingAck;
 use super::acks::{RENEW, wire_type};
 use super::cluster::Cluster;
 use super::config::KafkaConfig;
 use super::connection::ConnectOptions;
 use super::membership::{self, MemberSpec, MemberState};
-use super::session::{self, FetchJob, PendingAck, SessionConfig, SessionHandle};
+use super::session::{self, FetchJob, SessionConfig, SessionHandle};
 use crate::source::{AckError, AckKind, AckReceipt, Delivery, DeliveryId, Lease, ShareSource};
 use crate::{Error, ErrorKind, Result};
 
