@@ -14,7 +14,7 @@ use anyhow::{Context, Result, ensure};
 use rdkafka::ClientConfig;
 use rdkafka::producer::Producer;
 use tokio::time::Instant;
-use worker_core::kafka::Admin;
+use worker_core::kafka::{Admin, KafkaSource};
 use worker_core::source::{AckError, AckKind, Delivery, ShareSource};
 
 use support::*;
@@ -524,5 +524,21 @@ async fn acks_made_during_a_waiting_fetch_are_answered() -> Result<()> {
     ensure!(waiting.await??.is_empty());
     wait_lag_zero(&admin, &group, &topic).await?;
     src.close().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_source_reports_the_groups_delivery_limit() -> Result<()> {
+    let (admin, topic, group) = setup(1, None).await?;
+    let source = KafkaSource::builder(bootstrap(), &group)
+        .topic(&topic)
+        .build()
+        .await?;
+    let expected = admin.delivery_count_limit(&group).await?;
+    assert_eq!(
+        source.delivery_limit().await?,
+        Some(u16::try_from(expected)?)
+    );
+    source.close().await?;
     Ok(())
 }

@@ -9,13 +9,7 @@ use tokio::time::Instant;
 use worker_core::kafka::{Admin, KafkaSource};
 use worker_core::source::{AckKind, Delivery, ShareSource};
 
-pub(crate) fn bootstrap() -> String {
-    std::env::var("KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".to_string())
-}
-
-pub(crate) fn unique(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
-}
+pub(crate) use tests::{bootstrap, unique};
 
 /// A fresh topic and a share group reading it from the earliest offset.
 pub(crate) async fn setup(

@@ -105,6 +105,18 @@ impl Admin {
         Ok(Self { cluster })
     }
 
+    /// The version range a broker offers for the API `api_key` (from its ApiVersions answer), `None`
+    /// when it does not offer that API at all.
+    pub async fn offered_versions(&self, api_key: i16) -> Result<Option<(i16, i16)>> {
+        Ok(self.cluster.connect_any().await?.offered(api_key))
+    }
+
+    /// Fails with [`ErrorKind::Unsupported`] unless the broker offers ShareFetch and
+    /// ShareAcknowledge v2: share groups with RENEW and `record_limit` need Kafka 4.2+.
+    pub async fn require_share_groups(&self) -> Result<()> {
+        self.cluster.connect_any().await?.require_share_v2()
+    }
+
     /// Creates `topic` with `partitions` partitions and replication factor `replication`. A topic that
     /// already exists is not an error.
     pub async fn create_topic(&self, topic: &str, partitions: i32, replication: i16) -> Result<()> {

@@ -91,6 +91,11 @@ impl Connection {
         Ok(v)
     }
 
+    /// The version range the broker offers for `api_key`, `None` if it does not offer it.
+    pub(crate) fn offered(&self, api_key: i16) -> Option<(i16, i16)> {
+        self.versions.get(&api_key).copied()
+    }
+
     /// Fails unless the broker has the v2 share RPCs (Kafka 4.2+).
     pub(crate) fn require_share_v2(&self) -> Result<()> {
         for key in [super::codec::SHARE_FETCH, super::codec::SHARE_ACKNOWLEDGE] {

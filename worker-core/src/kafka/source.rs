@@ -409,4 +409,21 @@ impl ShareSource for KafkaSource {
     async fn close(&self) -> Result<()> {
         self.inner.close().await
     }
+
+    /// The group's `share.delivery.count.limit` (Kafka 4.3+), else the broker's
+    /// `group.share.delivery.count.limit`, read once through the admin API.
+    async fn delivery_limit(&self) -> Result<Option<u16>> {
+        let config = &self.inner.config;
+        let admin = super::Admin::connect(config.bootstrap.join(",")).await?;
+        let limit = admin.delivery_count_limit(&config.group).await?;
+        u16::try_from(limit).map(Some).map_err(|_| {
+            Error::new(
+                ErrorKind::Protocol,
+                format!(
+                    "the delivery count limit of group {} is {limit}, beyond any valid value",
+                    config.group
+                ),
+            )
+        })
+    }
 }
