@@ -17,10 +17,9 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use policy_support::{
     Attempts, Ledger, Setup, WORKER, header_map, json_route, json_values, read_dlq, source_offset,
-    wait_for,
 };
 use rdkafka::Message;
-use tests::{produce, producer};
+use tests::{produce, producer, wait_for};
 use tokio::time::Instant;
 use tower::service_fn;
 use worker_core::dlq::headers;

@@ -147,25 +147,6 @@ impl Setup {
     }
 }
 
-/// Polls `condition` every 50 ms until it holds or `limit` passes.
-pub(crate) async fn wait_for(
-    what: &str,
-    limit: Duration,
-    mut condition: impl AsyncFnMut() -> anyhow::Result<bool>,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if condition().await? {
-            return Ok(());
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Reads the DLQ topic from the start until `expected` letters arrived, then `quiet` longer to
 /// catch any extra one.
 pub(crate) async fn read_dlq(
