@@ -107,6 +107,7 @@ fn definition_impl(krate: &Path, ident: &Ident, signature: &HandlerSignature) ->
             quote!(__M,),
             quote!((__M, #(#leading,)* #last,)),
             quote! {
+                __M: 'static,
                 #(#leading: #private::FromJobParts<__S>,)*
                 #last: #private::FromJob<__S, __M>,
             },

@@ -69,6 +69,10 @@ pub use future::{HandlerFuture, ServiceFuture};
 pub use into_outcome::IntoOutcome;
 pub use service::HandlerService;
 
+/// The `#[handler]` attribute, also at [`worker_core::handler`](crate::handler) (the crate
+/// root), so that `use worker_core::handler::{handler, Json, Meta};` works.
+pub use worker_macros::handler;
+
 #[cfg(doc)]
 use crate::Outcome;
 

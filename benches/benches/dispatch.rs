@@ -1,0 +1,199 @@
+//! Per-record dispatch cost: a `#[handler]` fn against a hand-written `tower::Service` doing the
+//! same work, bare, behind a timeout layer, and type-erased the way a router may store it.
+//!
+//! Each iteration builds a `Job` from a prepared delivery (reference-count bumps, no allocation),
+//! calls the service once and drives its future to completion on a current-thread runtime.
+//!
+//! `cargo bench -p benches --bench dispatch`
+
+use std::convert::Infallible;
+use std::future::{Ready, ready};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use criterion::{Criterion, criterion_group, criterion_main};
+use serde::Deserialize;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tower::util::BoxCloneService;
+use tower::{Service, ServiceBuilder, ServiceExt};
+use worker_core::handler::{HandlerWithoutStateExt, JobDefinition, JobError, Json, Meta, handler};
+use worker_core::source::{Delivery, DeliveryId, Lease};
+use worker_core::{Job, Outcome};
+
+/// A payload as small as a typical notification job.
+#[derive(Deserialize)]
+struct Sms {
+    to: String,
+    text: String,
+}
+
+const PAYLOAD: &[u8] = br#"{"to":"+4915112345678","text":"Your code is 123456"}"#;
+
+/// The macro version: length of the raw payload.
+#[handler(topic = "bench", name = "bytes")]
+async fn bytes_handler(body: Bytes) -> Outcome {
+    if body.is_empty() {
+        Outcome::reject("empty")
+    } else {
+        Outcome::Accept
+    }
+}
+
+/// The macro version of a realistic handler: metadata plus a decoded JSON payload.
+#[handler(topic = "bench", name = "json")]
+async fn json_handler(meta: Meta, Json(sms): Json<Sms>) -> Result<(), JobError> {
+    if meta.offset() >= 0 && !sms.to.is_empty() && !sms.text.is_empty() {
+        Ok(())
+    } else {
+        Err(JobError::permanent("empty"))
+    }
+}
+
+/// The hand-written equivalent of `bytes_handler`: no extractors, a ready future.
+#[derive(Clone, Copy, Debug)]
+struct BytesService;
+
+impl Service<Job> for BytesService {
+    type Response = Outcome;
+    type Error = Infallible;
+    type Future = Ready<Result<Outcome, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, job: Job) -> Self::Future {
+        let (delivery, _cancel) = job.into_parts();
+        let outcome = match delivery.value {
+            Some(body) if !body.is_empty() => Outcome::Accept,
+            _ => Outcome::reject("empty"),
+        };
+        ready(Ok(outcome))
+    }
+}
+
+/// The hand-written equivalent of `json_handler`.
+#[derive(Clone, Copy, Debug)]
+struct JsonService;
+
+impl Service<Job> for JsonService {
+    type Response = Outcome;
+    type Error = Infallible;
+    type Future = Ready<Result<Outcome, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, job: Job) -> Self::Future {
+        let offset = job.id().offset;
+        let outcome = match job
+            .payload()
+            .map(|value| serde_json::from_slice::<Sms>(value))
+        {
+            Some(Ok(sms)) if offset >= 0 && !sms.to.is_empty() && !sms.text.is_empty() => {
+                Outcome::Accept
+            }
+            Some(Ok(_)) => Outcome::reject("empty"),
+            Some(Err(error)) => Outcome::reject(format!("decode: {error}")),
+            None => Outcome::reject("decode: null"),
+        };
+        ready(Ok(outcome))
+    }
+}
+
+fn delivery() -> Delivery {
+    Delivery {
+        id: DeliveryId {
+            topic: Arc::from("bench"),
+            partition: 0,
+            offset: 7,
+            lease: Lease::new(1, 1),
+        },
+        key: Some(Bytes::from_static(b"key")),
+        value: Some(Bytes::from_static(PAYLOAD)),
+        headers: Vec::new(),
+        timestamp: 0,
+        delivery_count: 1,
+        lock_duration: Duration::from_secs(30),
+        acquired_at: Instant::now(),
+    }
+}
+
+/// Benchmarks one service: build a job, call, drive to the outcome.
+fn bench_service<Svc, E>(c: &mut Criterion, rt: &tokio::runtime::Runtime, name: &str, service: Svc)
+where
+    Svc: Service<Job, Response = Outcome, Error = E> + Clone,
+    E: std::fmt::Debug,
+{
+    let delivery = {
+        let _guard = rt.enter();
+        delivery()
+    };
+    let token = CancellationToken::new();
+    c.bench_function(name, |b| {
+        b.to_async(rt).iter(|| {
+            let job = Job::new(delivery.clone(), token.clone());
+            let service = service.clone();
+            async move {
+                let outcome = service.oneshot(job).await;
+                assert!(matches!(outcome, Ok(Outcome::Accept)), "{outcome:?}");
+            }
+        });
+    });
+}
+
+fn dispatch(c: &mut Criterion) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(error) => panic!("cannot build the benchmark runtime: {error}"),
+    };
+    let timeout = Duration::from_secs(30);
+
+    bench_service(c, &rt, "bytes/hand_written", BytesService);
+    bench_service(
+        c,
+        &rt,
+        "bytes/handler_fn",
+        bytes_handler::handle.into_service(),
+    );
+    bench_service(
+        c,
+        &rt,
+        "bytes/handler_macro",
+        bytes_handler.into_service(()),
+    );
+
+    bench_service(c, &rt, "json/hand_written", JsonService);
+    bench_service(c, &rt, "json/handler_macro", json_handler.into_service(()));
+
+    bench_service(
+        c,
+        &rt,
+        "json/hand_written+timeout",
+        ServiceBuilder::new().timeout(timeout).service(JsonService),
+    );
+    bench_service(
+        c,
+        &rt,
+        "json/handler_macro+timeout",
+        ServiceBuilder::new()
+            .timeout(timeout)
+            .service(json_handler.into_service(())),
+    );
+    bench_service(
+        c,
+        &rt,
+        "json/handler_macro+boxed",
+        BoxCloneService::new(json_handler.into_service(())),
+    );
+}
+
+criterion_group!(benches, dispatch);
+criterion_main!(benches);
