@@ -39,8 +39,8 @@ impl HandlerSignature {
             ));
         }
         if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
-            errors.push(syn::Error::new(
-                sig.generics.span(),
+            errors.push(syn::Error::new_spanned(
+                &sig.generics,
                 "a `#[handler]` function cannot be generic; take what varies from `State<_>`",
             ));
         }
@@ -64,8 +64,8 @@ impl HandlerSignature {
                 FnArg::Typed(typed) => &*typed.ty,
             };
             if index == MAX_ARGS {
-                errors.push(syn::Error::new(
-                    input.span(),
+                errors.push(syn::Error::new_spanned(
+                    input,
                     format!("a handler takes at most {MAX_ARGS} arguments"),
                 ));
             }
@@ -91,21 +91,23 @@ impl HandlerSignature {
 /// Checks what can be checked of one argument type without the compiler.
 fn check_argument(ty: &Type, last: bool) -> syn::Result<()> {
     match ty {
-        Type::Reference(reference) => Err(syn::Error::new(
-            reference.span(),
+        Type::Reference(reference) => Err(syn::Error::new_spanned(
+            reference,
             "handler arguments are owned extractors, not references: drop the `&`",
         )),
-        Type::ImplTrait(_) | Type::Infer(_) => Err(syn::Error::new(
-            ty.span(),
+        Type::ImplTrait(_) | Type::Infer(_) => Err(syn::Error::new_spanned(
+            ty,
             "handler arguments need a concrete extractor type",
         )),
         _ if !last => match last_segment(ty) {
-            Some(name) if PAYLOAD_EXTRACTORS.contains(&name.as_str()) => Err(syn::Error::new(
-                ty.span(),
-                format!(
-                    "`{name}` takes the job's payload, so it must be the last argument of the handler"
-                ),
-            )),
+            Some(name) if PAYLOAD_EXTRACTORS.contains(&name.as_str()) => {
+                Err(syn::Error::new_spanned(
+                    ty,
+                    format!(
+                        "`{name}` takes the job's payload, so it must be the last argument of the handler"
+                    ),
+                ))
+            }
             _ => Ok(()),
         },
         _ => Ok(()),

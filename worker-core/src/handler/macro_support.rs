@@ -16,9 +16,3 @@ pub const fn assert_from_job_parts<S, T: FromJobParts<S>>() {}
 
 /// Fails to compile, on the argument's span, unless `T` is a last-argument extractor.
 pub const fn assert_from_job<S, M, T: FromJob<S, M>>() {}
-
-/// Fails to compile, on the return type's span, unless `T` is a handler result.
-pub const fn assert_into_outcome<T: IntoOutcome>() {}
-
-/// Fails to compile unless the handler's future is `Send`.
-pub fn assert_send<F: Future + Send>(_future: &F) {}

@@ -89,7 +89,7 @@ use crate::Outcome;
     message = "`{Self}` is not a job handler",
     label = "not a job handler",
     note = "a handler is an `async fn` with at most 12 arguments: leading arguments implement `FromJobParts` (`Meta`, `Key`, `Headers`, `State<_>`, `CancellationToken`), the last implements `FromJob` (`Json<_>`, `Bytes`, `String`, `Job`, or a leading extractor), and the output implements `IntoOutcome`",
-    note = "put `#[worker_core::handler]` on the function to get an error on the offending argument"
+    note = "with `#[worker_core::handler]` on the function, the other errors point at the offending argument or return type"
 )]
 pub trait Handler<T, S>: Clone + Send + Sync + Sized + 'static {
     /// The future the handler returns: resolves to the job's [`Outcome`].
