@@ -55,6 +55,8 @@ mod service;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod worker_tests;
 
 use std::future::Future;
 
