@@ -4,7 +4,7 @@
 //! code names `worker_core::__private` only.
 //!
 //! The crate is thin: the expansion lives in plain functions over `proc_macro2` tokens
-//! ([`args`], [`signature`], [`expand`]) so it is unit tested without a compiler.
+//! (modules `args`, `signature`, `expand`) so it is unit tested without a compiler.
 
 mod args;
 mod expand;

@@ -11,7 +11,7 @@ use crate::{Job, Outcome};
 
 /// A job the worker can run: its name, the topic it reads by default, and its handler.
 ///
-/// [`#[handler]`](crate::handler) implements it for the unit struct it generates, and
+/// [`#[handler]`](macro@crate::handler) implements it for the unit struct it generates, and
 /// [`define_job`] for any [`Handler`]. `T` is the handler's argument list and `S` its state; both
 /// are inferred, never written.
 #[diagnostic::on_unimplemented(

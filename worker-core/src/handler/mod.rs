@@ -42,7 +42,7 @@
 //! future). A payload that does not decode never reaches the handler: the job ends with the
 //! extractor's rejection (see [`DecodeError`]).
 //!
-//! The [`#[handler]`](crate::handler) attribute turns a handler fn into a [`JobDefinition`]: a value
+//! The [`#[handler]`](macro@crate::handler) attribute turns a handler fn into a [`JobDefinition`]: a value
 //! that carries the job's name and default topic and checks each argument at compile time.
 
 mod definition;
@@ -71,7 +71,7 @@ pub use future::{HandlerFuture, ServiceFuture};
 pub use into_outcome::IntoOutcome;
 pub use service::HandlerService;
 
-/// The `#[handler]` attribute, also at [`worker_core::handler`](crate::handler) (the crate
+/// The `#[handler]` attribute, also at [`worker_core::handler`](macro@crate::handler) (the crate
 /// root), so that `use worker_core::handler::{handler, Json, Meta};` works.
 pub use worker_macros::handler;
 
