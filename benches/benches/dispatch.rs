@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::Criterion;
 use futures::FutureExt;
 use serde::Deserialize;
 use tokio::time::Instant;
@@ -124,31 +124,56 @@ fn delivery() -> Delivery {
     }
 }
 
-/// Benchmarks one service: build a job, call, poll the future once (every service here finishes
-/// in one poll) with a no-op waker, inside the runtime's context (the timeout layer needs its
-/// timer) but without the runtime's scheduling in the measurement.
-fn bench_service<Svc, E>(c: &mut Criterion, rt: &tokio::runtime::Runtime, name: &str, service: Svc)
+/// How the cases run: measured by criterion, or one case run a fixed number of times so that
+/// `perf stat -e instructions:u` can count it (instruction counts do not depend on the machine's
+/// load, wall-clock times on a shared machine do).
+enum Mode {
+    Criterion(Criterion),
+    Count { case: String, iterations: u64 },
+}
+
+/// Builds a job, calls the service and polls the future once (every service here finishes in one
+/// poll) with a no-op waker, inside the runtime's context (the timeout layer needs its timer) but
+/// without the runtime's scheduling.
+fn dispatch_once<Svc, E>(service: &mut Svc, delivery: &Delivery, token: &CancellationToken)
 where
-    Svc: Service<Job, Response = Outcome, Error = E> + Clone,
+    Svc: Service<Job, Response = Outcome, Error = E>,
+    E: std::fmt::Debug,
+{
+    let job = Job::new(delivery.clone(), token.clone());
+    let outcome = match service.ready().now_or_never() {
+        Some(Ok(ready)) => ready.call(job).now_or_never(),
+        _ => None,
+    };
+    assert!(matches!(outcome, Some(Ok(Outcome::Accept))), "{outcome:?}");
+}
+
+/// Runs one case in the current mode.
+fn bench_service<Svc, E>(mode: &mut Mode, rt: &tokio::runtime::Runtime, name: &str, service: Svc)
+where
+    Svc: Service<Job, Response = Outcome, Error = E>,
     E: std::fmt::Debug,
 {
     let _guard = rt.enter();
     let delivery = delivery();
     let token = CancellationToken::new();
     let mut service = service;
-    c.bench_function(name, |b| {
-        b.iter(|| {
-            let job = Job::new(delivery.clone(), token.clone());
-            let outcome = match service.ready().now_or_never() {
-                Some(Ok(ready)) => ready.call(job).now_or_never(),
-                _ => None,
-            };
-            assert!(matches!(outcome, Some(Ok(Outcome::Accept))), "{outcome:?}");
-        });
-    });
+    match mode {
+        Mode::Criterion(c) => {
+            c.bench_function(name, |b| {
+                b.iter(|| dispatch_once(&mut service, &delivery, &token));
+            });
+        }
+        Mode::Count { case, iterations } if case == name => {
+            for _ in 0..*iterations {
+                dispatch_once(&mut service, &delivery, &token);
+            }
+        }
+        Mode::Count { .. } => {}
+    }
 }
 
-fn dispatch(c: &mut Criterion) {
+fn dispatch(c: &mut Mode) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -203,5 +228,21 @@ fn dispatch(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, dispatch);
-criterion_main!(benches);
+/// `cargo bench -p benches --bench dispatch`, or, for instruction counts,
+/// `DISPATCH_CASE=json/handler_macro DISPATCH_ITERATIONS=1000000 perf stat -e instructions:u
+/// target/release/deps/dispatch-*` (subtract a run with `DISPATCH_ITERATIONS=0`).
+fn main() {
+    let case = std::env::var("DISPATCH_CASE");
+    let iterations = std::env::var("DISPATCH_ITERATIONS").map(|n| n.parse::<u64>());
+    match (case, iterations) {
+        (Ok(case), Ok(Ok(iterations))) => dispatch(&mut Mode::Count { case, iterations }),
+        (Ok(_), _) => panic!("DISPATCH_CASE needs DISPATCH_ITERATIONS, a number"),
+        _ => {
+            let mut mode = Mode::Criterion(Criterion::default().configure_from_args());
+            dispatch(&mut mode);
+            if let Mode::Criterion(c) = mode {
+                c.final_summary();
+            }
+        }
+    }
+}
