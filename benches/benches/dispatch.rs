@@ -128,7 +128,7 @@ fn delivery() -> Delivery {
 /// `perf stat -e instructions:u` can count it (instruction counts do not depend on the machine's
 /// load, wall-clock times on a shared machine do).
 enum Mode {
-    Criterion(Criterion),
+    Criterion(Box<Criterion>),
     Count { case: String, iterations: u64 },
 }
 
@@ -238,7 +238,7 @@ fn main() {
         (Ok(case), Ok(Ok(iterations))) => dispatch(&mut Mode::Count { case, iterations }),
         (Ok(_), _) => panic!("DISPATCH_CASE needs DISPATCH_ITERATIONS, a number"),
         _ => {
-            let mut mode = Mode::Criterion(Criterion::default().configure_from_args());
+            let mut mode = Mode::Criterion(Box::new(Criterion::default().configure_from_args()));
             dispatch(&mut mode);
             if let Mode::Criterion(c) = mode {
                 c.final_summary();
