@@ -51,6 +51,7 @@ pub mod extract;
 mod future;
 mod into_outcome;
 pub(crate) mod macro_support;
+mod retry_on_error;
 mod service;
 
 #[cfg(test)]
@@ -69,6 +70,7 @@ pub use extract::{
 };
 pub use future::{HandlerFuture, ServiceFuture};
 pub use into_outcome::IntoOutcome;
+pub use retry_on_error::{RetryOnError, RetryOnErrorFuture, RetryOnErrorLayer};
 pub use service::HandlerService;
 
 /// The `#[handler]` attribute, also at [`worker_core::handler`](macro@crate::handler) (the crate

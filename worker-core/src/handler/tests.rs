@@ -378,6 +378,62 @@ async fn tower_layers_wrap_handler_services() {
     assert!(outcome.is_err(), "the timeout layer fires");
 }
 
+#[tokio::test(start_paused = true)]
+async fn layer_errors_become_retries() {
+    async fn slow(token: CancellationToken) {
+        token.cancelled().await;
+    }
+    async fn fast() {}
+    fn timed<Svc>(service: Svc) -> RetryOnError<tower::timeout::Timeout<Svc>> {
+        ServiceBuilder::new()
+            .layer(RetryOnErrorLayer::new())
+            .timeout(Duration::from_millis(10))
+            .service(service)
+    }
+    let outcome = run(timed(slow.into_service()), job(b"")).await;
+    assert_eq!(outcome, Outcome::retry("service error: request timed out"));
+    assert_eq!(
+        run(timed(fast.into_service()), job(b"")).await,
+        Outcome::Accept
+    );
+}
+
+/// A service whose `poll_ready` fails once.
+#[derive(Clone, Default)]
+struct BrokenOnce(Arc<AtomicUsize>);
+
+impl Service<Job> for BrokenOnce {
+    type Response = Outcome;
+    type Error = std::io::Error;
+    type Future = std::future::Ready<Result<Outcome, std::io::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), std::io::Error>> {
+        if self.0.fetch_add(1, Ordering::SeqCst) == 0 {
+            std::task::Poll::Ready(Err(std::io::Error::other("worker died")))
+        } else {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    fn call(&mut self, _job: Job) -> Self::Future {
+        std::future::ready(Ok(Outcome::Accept))
+    }
+}
+
+#[tokio::test]
+async fn a_readiness_error_answers_the_next_call() {
+    let mut service = RetryOnError::new(BrokenOnce::default());
+    assert_eq!(
+        run(&mut service, job(b"")).await,
+        Outcome::retry("service error: worker died")
+    );
+    assert_eq!(run(&mut service, job(b"")).await, Outcome::Accept);
+    assert_eq!(service.get_ref().0.load(Ordering::SeqCst), 2);
+}
+
 #[test]
 fn definitions_carry_name_and_topic() {
     async fn notify(_body: Bytes) {}
