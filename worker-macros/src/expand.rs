@@ -131,7 +131,8 @@ fn send_handle(krate: &Path, ident: &Ident, signature: &HandlerSignature) -> Tok
     }
 }
 
-/// `impl JobDefinition for the unit struct`, generic over the worker's state.
+/// `impl NamedJob` and `impl JobDefinition` (generic over the worker's state) for the unit
+/// struct.
 ///
 /// Every bound mentions `__S`, so an argument that does not fit never fails here (the impl just
 /// does not apply); the spanned [`checks`] report it instead, once.
@@ -150,11 +151,7 @@ fn definition_impl(krate: &Path, ident: &Ident, signature: &HandlerSignature) ->
         ),
     };
     quote! {
-        impl<__S, #marker_param> #private::JobDefinition<#args_tuple, __S> for #ident
-        where
-            __S: ::core::clone::Clone + ::core::marker::Send + ::core::marker::Sync + 'static,
-            #bounds
-        {
+        impl #private::NamedJob for #ident {
             fn name(&self) -> &'static str {
                 Self::NAME
             }
@@ -162,6 +159,13 @@ fn definition_impl(krate: &Path, ident: &Ident, signature: &HandlerSignature) ->
             fn topic(&self) -> &'static str {
                 Self::TOPIC
             }
+        }
+
+        impl<__S, #marker_param> #private::JobDefinition<#args_tuple, __S> for #ident
+        where
+            __S: ::core::clone::Clone + ::core::marker::Send + ::core::marker::Sync + 'static,
+            #bounds
+        {
 
             fn into_service(
                 self,

@@ -9,7 +9,19 @@ use tower::Service;
 use super::{Handler, HandlerService};
 use crate::{Job, Outcome};
 
-/// A job the worker can run: its name, the topic it reads by default, and its handler.
+/// A job's name and the topic it reads by default: what a worker needs to route it, apart from
+/// its service.
+///
+/// Separate from [`JobDefinition`] so that asking for the name needs no type annotations.
+pub trait NamedJob {
+    /// The job's name, for logs, metrics and dead-letter records.
+    fn name(&self) -> &'static str;
+
+    /// The topic the job reads unless configuration says otherwise.
+    fn topic(&self) -> &'static str;
+}
+
+/// A job the worker can run: a [`NamedJob`] that turns into a handler service.
 ///
 /// [`#[handler]`](macro@crate::handler) implements it for the unit struct it generates, and
 /// [`define_job`] for any [`Handler`]. `T` is the handler's argument list and `S` its state; both
@@ -20,13 +32,7 @@ use crate::{Job, Outcome};
     note = "put `#[worker_core::handler(topic = \"...\")]` on an `async fn`, or wrap a handler with `worker_core::handler::define_job`",
     note = "if the handler takes `State<_>`, its type must be the worker's state or implement `FromRef` for it"
 )]
-pub trait JobDefinition<T, S>: Send + 'static {
-    /// The job's name, for logs, metrics and dead-letter records.
-    fn name(&self) -> &'static str;
-
-    /// The topic the job reads unless configuration says otherwise.
-    fn topic(&self) -> &'static str;
-
+pub trait JobDefinition<T, S>: NamedJob + Send + 'static {
     /// The handler as a service, called with `state`.
     fn into_service(
         self,
@@ -49,14 +55,16 @@ pub struct DefinedJob<H, T> {
 /// Defines a job from a plain handler, without the attribute macro.
 ///
 /// ```
-/// use worker_core::handler::{JobDefinition, define_job};
+/// use worker_core::handler::{JobDefinition, NamedJob, define_job};
 ///
 /// async fn notify(body: String) {
 ///     let _ = body;
 /// }
 ///
 /// let job = define_job("notify", "webhooks", notify);
-/// assert_eq!(JobDefinition::<_, ()>::name(&job), "notify");
+/// assert_eq!(job.name(), "notify");
+/// let service = job.into_service(());
+/// # let _ = service;
 /// ```
 pub fn define_job<H, T>(name: &'static str, topic: &'static str, handler: H) -> DefinedJob<H, T> {
     DefinedJob {
@@ -87,12 +95,7 @@ impl<H, T> fmt::Debug for DefinedJob<H, T> {
     }
 }
 
-impl<H, T, S> JobDefinition<T, S> for DefinedJob<H, T>
-where
-    H: Handler<T, S>,
-    T: 'static,
-    S: Clone + Send + Sync + 'static,
-{
+impl<H, T> NamedJob for DefinedJob<H, T> {
     fn name(&self) -> &'static str {
         self.name
     }
@@ -100,7 +103,14 @@ where
     fn topic(&self) -> &'static str {
         self.topic
     }
+}
 
+impl<H, T, S> JobDefinition<T, S> for DefinedJob<H, T>
+where
+    H: Handler<T, S>,
+    T: 'static,
+    S: Clone + Send + Sync + 'static,
+{
     fn into_service(
         self,
         state: S,

@@ -8,7 +8,9 @@ pub use std::marker::Send;
 
 pub use tower::Service;
 
-pub use super::{FromJob, FromJobParts, Handler, HandlerService, IntoOutcome, JobDefinition};
+pub use super::{
+    FromJob, FromJobParts, Handler, HandlerService, IntoOutcome, JobDefinition, NamedJob,
+};
 pub use crate::{Job, Outcome};
 
 /// Fails to compile, on the argument's span, unless `T` is a leading-argument extractor.

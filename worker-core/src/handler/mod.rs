@@ -42,8 +42,36 @@
 //! future). A payload that does not decode never reaches the handler: the job ends with the
 //! extractor's rejection (see [`DecodeError`]).
 //!
-//! The [`#[handler]`](macro@crate::handler) attribute turns a handler fn into a [`JobDefinition`]: a value
-//! that carries the job's name and default topic and checks each argument at compile time.
+//! The [`#[handler]`](macro@crate::handler) attribute turns a handler fn into a [`JobDefinition`]:
+//! a value that carries the job's name and default topic and checks each argument at compile time.
+//!
+//! ```
+//! use serde::Deserialize;
+//! use worker_core::Worker;
+//! use worker_core::handler::{JobDefinition, JobError, Json, NamedJob, handler};
+//! use worker_core::testing::MemoryBroker;
+//!
+//! #[derive(Deserialize)]
+//! struct Sms {
+//!     to: String,
+//! }
+//!
+//! /// Sends one SMS.
+//! #[handler(topic = "sms", name = "send_sms")]
+//! async fn send_sms(Json(sms): Json<Sms>) -> Result<(), JobError> {
+//!     let _ = sms.to;
+//!     Ok(())
+//! }
+//!
+//! # fn main() -> worker_core::Result<()> {
+//! let broker = MemoryBroker::new();
+//! let worker = Worker::builder(broker.member("worker-1"))
+//!     .route(send_sms.topic(), send_sms.into_service(()))
+//!     .build()?;
+//! # let _ = worker;
+//! # Ok(())
+//! # }
+//! ```
 
 mod definition;
 mod error;
@@ -63,7 +91,7 @@ use std::future::Future;
 
 use crate::Job;
 
-pub use definition::{DefinedJob, JobDefinition, define_job};
+pub use definition::{DefinedJob, JobDefinition, NamedJob, define_job};
 pub use error::JobError;
 pub use extract::{
     DecodeError, FromJob, FromJobParts, FromRef, Headers, Json, Key, Meta, State, ViaJob, ViaParts,

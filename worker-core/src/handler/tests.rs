@@ -438,8 +438,8 @@ async fn a_readiness_error_answers_the_next_call() {
 fn definitions_carry_name_and_topic() {
     async fn notify(_body: Bytes) {}
     let definition = define_job("notify", "webhooks", notify);
-    assert_eq!(JobDefinition::<_, ()>::name(&definition), "notify");
-    assert_eq!(JobDefinition::<_, ()>::topic(&definition), "webhooks");
+    assert_eq!(definition.name(), "notify");
+    assert_eq!(definition.topic(), "webhooks");
     assert!(format!("{definition:?}").contains("webhooks"));
     let service = JobDefinition::<_, ()>::into_service(definition, ());
     assert!(format!("{:?}", notify.into_service()).contains("HandlerService"));

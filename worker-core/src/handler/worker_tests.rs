@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{JobDefinition, JobError, Json, Meta, State, handler};
+use super::{JobDefinition, JobError, Json, Meta, NamedJob, State, handler};
 use crate::Worker;
 use crate::testing::MemoryBroker;
 

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
-use worker_core::handler::{handler, JobDefinition, JobError, Json, Meta, State};
+use worker_core::handler::{handler, JobDefinition, JobError, Json, Meta, NamedJob, State};
 use worker_core::source::{Delivery, DeliveryId, Lease};
 use worker_core::{Job, Outcome};
 
@@ -63,6 +63,8 @@ fn route<T, D: JobDefinition<T, Gateway>>(definition: D) -> D {
 async fn main() {
     assert_eq!(send_sms::NAME, "send_sms");
     assert_eq!(send_sms::TOPIC, "sms");
+    // Name and topic need no type annotations, whatever the state.
+    assert_eq!((send_sms.name(), send_sms.topic()), ("send_sms", "sms"));
     let definition = route(send_sms);
     assert_eq!(definition.name(), "send_sms");
     assert_eq!(definition.topic(), "sms");
