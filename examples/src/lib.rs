@@ -1,1 +1,22 @@
-//! Runnable examples of share-group workers; each lives in `src/bin/`.
+//! Runnable share-group workers, each a library module (so the integration tests drive the same
+//! code) and a binary in `src/bin/`:
+//!
+//! - [`sms`]: an SMS sender written as a `#[handler]` fn taking a JSON payload; its gateway is slow,
+//!   sometimes answers 429 (retried after the gateway's `Retry-After`) and refuses invalid numbers
+//!   (dead-lettered).
+//! - [`webhook`]: a webhook notifier written as a plain async fn wrapped in tower layers (a timeout
+//!   and a rate limit); an endpoint that hangs is cut off by the timeout and retried.
+//!
+//! Both simulate their remote service in-process so they run anywhere the local broker runs.
+
+pub mod sms;
+pub mod webhook;
+
+use std::time::Duration;
+
+use worker_core::policy::Backoff;
+
+/// The retry backoff both examples use: short, so that a demo finishes quickly.
+pub fn demo_backoff() -> Backoff {
+    Backoff::exponential(Duration::from_millis(200), Duration::from_secs(5))
+}

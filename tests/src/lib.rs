@@ -9,7 +9,10 @@ use anyhow::{Context, bail, ensure};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::OwnedMessage;
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
 
 /// The broker's bootstrap address: `KAFKA_BOOTSTRAP`, or the one `scripts/kafka.sh` uses.
 pub fn bootstrap() -> String {
@@ -116,4 +119,42 @@ pub async fn wait_for(
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Reads partition 0 of `topic` from the start until `expected` records arrived (60 s at most),
+/// then `quiet` longer to catch any extra one.
+pub async fn read_records(
+    topic: String,
+    expected: usize,
+    quiet: Duration,
+) -> anyhow::Result<Vec<OwnedMessage>> {
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = client_config()
+            .set("group.id", unique("dlq-reader"))
+            .set("enable.auto.commit", "false")
+            .create()?;
+        let mut assignment = TopicPartitionList::new();
+        assignment.add_partition_offset(&topic, 0, Offset::Beginning)?;
+        consumer.assign(&assignment)?;
+        let mut letters = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while letters.len() < expected {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "{} of {expected} records in {topic} within 60 s",
+                letters.len()
+            );
+            if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+                letters.push(message?.detach());
+            }
+        }
+        let quiet_until = std::time::Instant::now() + quiet;
+        while std::time::Instant::now() < quiet_until {
+            if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+                letters.push(message?.detach());
+            }
+        }
+        Ok(letters)
+    })
+    .await?
 }

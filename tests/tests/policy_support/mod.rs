@@ -7,11 +7,10 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, ensure};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use anyhow::Context;
+use rdkafka::Message;
 use rdkafka::message::{Headers, OwnedMessage};
-use rdkafka::{Message, Offset, TopicPartitionList};
-use tests::{client_config, produce, producer, unique};
+use tests::{produce, producer, unique};
 use tokio::time::Instant;
 use tower::service_fn;
 use worker_core::dlq::{DlqSink, KafkaDlqSink, headers};
@@ -147,43 +146,7 @@ impl Setup {
     }
 }
 
-/// Reads the DLQ topic from the start until `expected` letters arrived, then `quiet` longer to
-/// catch any extra one.
-pub(crate) async fn read_dlq(
-    topic: String,
-    expected: usize,
-    quiet: Duration,
-) -> anyhow::Result<Vec<OwnedMessage>> {
-    tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = client_config()
-            .set("group.id", unique("dlq-reader"))
-            .set("enable.auto.commit", "false")
-            .create()?;
-        let mut assignment = TopicPartitionList::new();
-        assignment.add_partition_offset(&topic, 0, Offset::Beginning)?;
-        consumer.assign(&assignment)?;
-        let mut letters = Vec::new();
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while letters.len() < expected {
-            ensure!(
-                std::time::Instant::now() < deadline,
-                "{} of {expected} dead letters in {topic} within 60 s",
-                letters.len()
-            );
-            if let Some(message) = consumer.poll(Duration::from_millis(200)) {
-                letters.push(message?.detach());
-            }
-        }
-        let quiet_until = std::time::Instant::now() + quiet;
-        while std::time::Instant::now() < quiet_until {
-            if let Some(message) = consumer.poll(Duration::from_millis(200)) {
-                letters.push(message?.detach());
-            }
-        }
-        Ok(letters)
-    })
-    .await?
-}
+pub(crate) use tests::read_records as read_dlq;
 
 /// The headers of a dead letter, by key.
 pub(crate) fn header_map(message: &OwnedMessage) -> HashMap<String, String> {

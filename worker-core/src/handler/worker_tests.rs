@@ -48,7 +48,7 @@ async fn a_handler_job_runs_in_the_worker() -> crate::Result<()> {
     let sent = Sent::default();
     let dlq = MemoryDlq::new();
     let worker = Worker::builder(broker.member("worker-1"))
-        .route(send_sms.topic(), send_sms.into_service(sent.clone()))
+        .job(send_sms, sent.clone())
         .dlq(Arc::new(dlq.clone()))
         .concurrency(8)
         .build()?;

@@ -9,6 +9,7 @@ use tower::Service;
 use tower::util::BoxService;
 
 use crate::dlq::DlqSink;
+use crate::handler::JobDefinition;
 use crate::policy::Backoff;
 use crate::source::ShareSource;
 use crate::{Error, ErrorKind, Job, Outcome, Result};
@@ -37,6 +38,17 @@ impl<S: ShareSource> WorkerBuilder<S> {
             config: Config::default(),
             error: None,
         }
+    }
+
+    /// Routes a job definition (a `#[handler]` fn, or [`define_job`](crate::handler::define_job))
+    /// on its default topic, giving its handler `state`. Use [`route`](Self::route) with
+    /// `definition.into_service(state)` to put it on another topic.
+    pub fn job<T, St, D>(self, definition: D, state: St) -> Self
+    where
+        D: JobDefinition<T, St>,
+    {
+        let topic: Arc<str> = Arc::from(definition.topic());
+        self.route(topic, definition.into_service(state))
     }
 
     /// Runs `service` for every record of `topic`.

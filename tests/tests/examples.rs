@@ -1,0 +1,193 @@
+//! The two example workers end to end against the real broker: 1,000 jobs each, all processed, the
+//! deliberately failing ones in the dead-letter topic (`examples/src/{sms,webhook}.rs`).
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use examples::demo_backoff;
+use examples::sms::{FakeGateway, Sms, is_valid_number, send_sms};
+use examples::webhook::{Event, FakeEndpoints, service};
+use rdkafka::Message;
+use rdkafka::message::Headers;
+use tests::{produce, producer, read_records, unique, wait_for};
+use worker_core::dlq::KafkaDlqSink;
+use worker_core::handler::JobDefinition;
+use worker_core::kafka::{Admin, KafkaSource};
+use worker_core::{Summary, Worker};
+
+const JOBS: usize = 1_000;
+
+/// A topic with `payloads` in partition 0, its dead-letter topic, and a group reading from the start.
+async fn prepared(name: &str, payloads: &[String]) -> anyhow::Result<(Admin, String, String)> {
+    let admin = Admin::connect(tests::bootstrap())
+        .await
+        .context("connecting to the broker")?;
+    let topic = unique(name);
+    let group = unique(&format!("{name}-workers"));
+    admin.create_topic(&topic, 1, 1).await?;
+    admin.create_topic(&format!("{topic}.dlq"), 1, 1).await?;
+    admin
+        .set_group_config(&group, "share.auto.offset.reset", "earliest")
+        .await?;
+    produce(&producer(&[("linger.ms", "5")])?, &topic, Some(0), payloads).await?;
+    Ok((admin, topic, group))
+}
+
+/// Runs `worker` until the group's lag on `topic` is 0, then shuts it down.
+async fn run_to_completion(
+    worker: Worker<KafkaSource>,
+    admin: &Admin,
+    group: &str,
+    topic: &str,
+) -> anyhow::Result<Summary> {
+    let shutdown = worker.shutdown_handle();
+    let running = tokio::spawn(worker.run());
+    wait_for("the lag to reach 0", Duration::from_secs(120), async || {
+        Ok(admin.share_group_lag(group, topic).await? == 0)
+    })
+    .await?;
+    shutdown.shutdown();
+    Ok(running.await??)
+}
+
+/// (source offset, reason) of every dead letter in `{topic}.dlq`.
+async fn dead_letters(topic: &str, expected: usize) -> anyhow::Result<BTreeSet<(i64, String)>> {
+    let letters = read_records(format!("{topic}.dlq"), expected, Duration::from_secs(1)).await?;
+    letters
+        .iter()
+        .map(|letter| {
+            let header = |key: &str| -> anyhow::Result<String> {
+                let value = letter
+                    .headers()
+                    .and_then(|h| h.iter().find(|h| h.key == key).and_then(|h| h.value))
+                    .with_context(|| format!("dead letter without {key}"))?;
+                Ok(String::from_utf8(value.to_vec())?)
+            };
+            Ok((
+                header("share.dlq.offset")?.parse()?,
+                header("share.dlq.reason")?,
+            ))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sms_worker_sends_every_valid_message_and_dead_letters_the_rest() -> anyhow::Result<()>
+{
+    // Every 100th number is malformed (rejected), every 250th payload is not JSON (decode), and
+    // the ~10% of numbers ending in 7 are rate-limited once (retried after the 429's delay).
+    let sms = |to: String, text: String| serde_json::to_string(&Sms { to, text });
+    let payloads: Vec<String> = (0..JOBS)
+        .map(|i| match i {
+            i if i % 250 == 5 => Ok("not json".to_owned()),
+            i if i % 100 == 13 => sms(format!("+{i}"), "hi".into()),
+            i => sms(format!("+4915{i:08}"), format!("hello {i}")),
+        })
+        .collect::<Result<_, _>>()?;
+    let (admin, topic, group) = prepared("sms", &payloads).await?;
+    let gateway = FakeGateway::new(Duration::from_millis(20), Duration::from_millis(300));
+    let dlq = KafkaDlqSink::builder(tests::bootstrap(), &group)
+        .worker("sms-test")
+        .build()?;
+    let worker = Worker::builder(
+        KafkaSource::builder(tests::bootstrap(), &group)
+            .topic(&topic)
+            .build()
+            .await?,
+    )
+    .route(topic.as_str(), send_sms.into_service(gateway.clone()))
+    .concurrency(100)
+    .backoff(demo_backoff())
+    .dlq(Arc::new(dlq))
+    .build()?;
+    let summary = run_to_completion(worker, &admin, &group, &topic).await?;
+
+    let valid: HashSet<String> = payloads
+        .iter()
+        .filter_map(|p| serde_json::from_str::<Sms>(p).ok())
+        .filter(|sms| is_valid_number(&sms.to))
+        .map(|sms| sms.to)
+        .collect();
+    let sent: HashSet<String> = gateway.sent().into_iter().map(|sms| sms.to).collect();
+    assert_eq!(sent, valid, "every valid message was sent");
+    let throttled = valid.iter().filter(|to| to.ends_with('7')).count() as u64;
+    assert_eq!(
+        summary.retried, throttled,
+        "each 429 was retried once: {summary:?}"
+    );
+
+    let expected: BTreeSet<(i64, String)> = (0..JOBS as i64)
+        .filter_map(|i| match i {
+            i if i % 250 == 5 => Some((i, "decode".to_owned())),
+            i if i % 100 == 13 => Some((i, "rejected".to_owned())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dead_letters(&topic, expected.len()).await?, expected);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_notifier_delivers_every_event_and_times_out_hung_endpoints()
+-> anyhow::Result<()> {
+    // Every 100th event's endpoint hangs on the first delivery (the timeout layer cuts it off and
+    // it is retried); every 200th event (offset 7, 207, ...) has a plain-http URL and is rejected.
+    let events: Vec<Event> = (0..JOBS as u64)
+        .map(|id| Event {
+            id,
+            url: if id % 200 == 7 {
+                format!("http://hooks.example/{id}")
+            } else {
+                format!("https://hooks.example/{id}")
+            },
+            kind: "order.shipped".into(),
+        })
+        .collect();
+    let payloads: Vec<String> = events
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap_or_else(|err| err.to_string()))
+        .collect();
+    let (admin, topic, group) = prepared("webhooks", &payloads).await?;
+    let endpoints = FakeEndpoints::new(Duration::from_millis(5), 100);
+    let dlq = KafkaDlqSink::builder(tests::bootstrap(), &group)
+        .worker("webhook-test")
+        .build()?;
+    let worker = Worker::builder(
+        KafkaSource::builder(tests::bootstrap(), &group)
+            .topic(&topic)
+            .build()
+            .await?,
+    )
+    .route(
+        topic.as_str(),
+        service(endpoints.clone(), Duration::from_millis(500), 2_000),
+    )
+    .concurrency(100)
+    .backoff(demo_backoff())
+    .dlq(Arc::new(dlq))
+    .build()?;
+    let summary = run_to_completion(worker, &admin, &group, &topic).await?;
+
+    let deliveries = endpoints.deliveries();
+    for event in events.iter().filter(|e| e.url.starts_with("https://")) {
+        let expected = if event.id % 100 == 0 { 2 } else { 1 };
+        assert_eq!(
+            deliveries.get(&event.id),
+            Some(&expected),
+            "event {}",
+            event.id
+        );
+    }
+    assert_eq!(
+        summary.retries_scheduled, 10,
+        "the ten hung deliveries were retried: {summary:?}"
+    );
+    let expected: BTreeSet<(i64, String)> = (0..JOBS as i64)
+        .filter(|i| i % 200 == 7)
+        .map(|i| (i, "rejected".to_owned()))
+        .collect();
+    assert_eq!(dead_letters(&topic, expected.len()).await?, expected);
+    Ok(())
+}
