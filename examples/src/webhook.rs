@@ -50,7 +50,7 @@ impl FakeEndpoints {
             *attempt += 1;
             *attempt
         };
-        if attempt == 1 && event.id % self.hang_every == 0 {
+        if attempt == 1 && event.id.is_multiple_of(self.hang_every) {
             std::future::pending::<()>().await;
         }
         tokio::time::sleep(self.latency).await;
