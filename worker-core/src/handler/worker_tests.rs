@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{JobDefinition, JobError, Json, Meta, NamedJob, State, handler};
+use super::{JobError, Json, Meta, State, handler};
 use crate::Worker;
 use crate::dlq::DlqReason;
 use crate::testing::{MemoryBroker, MemoryDlq};
