@@ -49,6 +49,7 @@
 //! # }
 //! ```
 
+pub mod config;
 pub mod dlq;
 mod error;
 mod job;
