@@ -44,6 +44,11 @@ impl Activity {
         CallGuard { activity: self }
     }
 
+    /// Handler calls running now.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
     /// How long nothing has run, or `None` while a handler runs.
     pub(crate) fn idle_for(&self) -> Option<Duration> {
         if self.in_flight.load(Ordering::SeqCst) > 0 {

@@ -10,6 +10,7 @@ mod produce;
 mod run;
 mod setup;
 mod stats;
+mod telemetry;
 mod topics;
 
 use std::path::PathBuf;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use tokio::net::TcpListener;
 use tokio::time::Instant;
 use worker_core::config::Config;
 use worker_core::{ShutdownHandle, Worker};
@@ -12,6 +13,7 @@ use worker_core::{ShutdownHandle, Worker};
 use crate::activity::Activity;
 use crate::handlers;
 use crate::stats::Stats;
+use crate::telemetry::{self, Telemetry};
 
 pub(crate) async fn run(
     config: Config,
@@ -19,9 +21,14 @@ pub(crate) async fn run(
     stats_json: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
-    if config.telemetry.listen.is_some() {
-        tracing::warn!("`telemetry.listen` is not served yet by this version");
-    }
+    let listener = match config.telemetry.listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("telemetry.listen: cannot listen on {addr}"))?,
+        ),
+        None => None,
+    };
     let source = config.source_builder().build().await.with_context(|| {
         format!(
             "joining share group {} at {}",
@@ -29,7 +36,7 @@ pub(crate) async fn run(
         )
     })?;
     let activity = Arc::new(Activity::new());
-    let mut builder = config.configure(Worker::builder(source));
+    let mut builder = config.configure(Worker::builder(source.clone()));
     if let Some(sink) = config.dlq_sink()? {
         builder = builder.dlq(sink);
     }
@@ -40,12 +47,22 @@ pub(crate) async fn run(
         );
     }
     let worker = builder.build()?;
+    let server = listener.map(|listener| {
+        let telemetry = Telemetry {
+            activity: activity.clone(),
+            source,
+            bootstrap: config.kafka.bootstrap.clone(),
+            dlq_topics: config.dlq_topics(),
+            shutdown: worker.shutdown_handle(),
+        };
+        tokio::spawn(telemetry::serve(listener, Arc::new(telemetry)))
+    });
     let watcher = exit_when_idle
         .map(|idle| tokio::spawn(watch_idle(activity.clone(), idle, worker.shutdown_handle())));
     tracing::info!(group = %config.worker.group, topics = ?config.topics().collect::<Vec<_>>(), "worker started");
     let result = worker.run_until_signal().await;
-    if let Some(watcher) = watcher {
-        watcher.abort();
+    for task in [watcher, server].into_iter().flatten() {
+        task.abort();
     }
     let summary = result.context("the worker stopped with an error")?;
     let stats = Stats::new(&summary, &activity, started.elapsed());
