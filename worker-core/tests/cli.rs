@@ -385,3 +385,70 @@ async fn check_prints_the_effective_config_or_names_what_is_wrong() {
         "{stderr}"
     );
 }
+
+/// GETs `url`: the status and body, or `None` if nothing answers.
+async fn get(url: &str) -> Option<(u16, String)> {
+    let response = reqwest::get(url).await.ok()?;
+    let status = response.status().as_u16();
+    Some((status, response.text().await.ok()?))
+}
+
+/// Polls `url` until it answers 200, within the deadline.
+async fn wait_ok(url: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = get(url).await;
+        if let Some((200, body)) = &answer {
+            return body.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{url} never answered 200; last: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics_answer_during_a_run() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-telemetry");
+    let group = unique("cli-telemetry-group");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let text_cfg = config(&group, &topic, "handler = \"noop\"").replace(
+        "[dlq]",
+        &format!("[telemetry]\nlisten = \"127.0.0.1:{port}\"\n\n[dlq]"),
+    );
+    let cfg = scratch.write("worker.toml", &text_cfg);
+    let cfg = cfg.to_str().unwrap();
+    assert_ok(
+        &share_worker(&["setup", "--config", cfg], &[]).await,
+        "setup",
+    );
+    let stats = scratch.0.join("stats.json");
+    let mut run = Command::new(BIN);
+    run.args(["run", "--config", cfg, "--exit-when-idle", "10s"])
+        .args(["--stats-json", stats.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    let mut child = run.spawn().expect("starting share-worker run");
+    let base = format!("http://127.0.0.1:{port}");
+    assert_eq!(wait_ok(&format!("{base}/healthz")).await, "ok\n");
+    assert_eq!(wait_ok(&format!("{base}/readyz")).await, "ready\n");
+    let metrics = wait_ok(&format!("{base}/metrics")).await;
+    assert!(
+        metrics.contains("share_worker_handler_calls_total{outcome=\"accept\"} 0"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("share_worker_in_flight 0"), "{metrics}");
+    let status = tokio::time::timeout(DEADLINE, child.wait())
+        .await
+        .expect("the run exits when idle")
+        .expect("waiting for share-worker");
+    assert!(status.success(), "{status}");
+}
