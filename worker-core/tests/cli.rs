@@ -232,6 +232,38 @@ async fn exec_accepts_rejects_and_sees_the_record() {
         "the rejects went to {topic}.dlq: {stats}"
     );
     assert_eq!(count(&stats, "released"), 0, "{stats}");
+
+    // The dead letters go back to their topic: a dry run first, then for real.
+    let cfg = cfg.to_str().unwrap();
+    let dlq = format!("{topic}.dlq");
+    let replay = [
+        "dlq", "replay", "--config", cfg, "--topic", &dlq, "--idle", "3s",
+    ];
+    let out = share_worker(
+        &[&replay[..], &["--reason", "rejected", "--dry-run"]].concat(),
+        &[],
+    )
+    .await;
+    assert_ok(&out, "dlq replay --dry-run");
+    assert!(
+        text(&out.stdout).contains("would replay 2, skipped 0"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = share_worker(&[&replay[..], &["--reason", "rejected"]].concat(), &[]).await;
+    assert_ok(&out, "dlq replay");
+    assert!(
+        text(&out.stdout).contains("replayed 2, skipped 0, failed 0"),
+        "{}",
+        text(&out.stdout)
+    );
+    let again = run_until_idle(&scratch, cfg).await;
+    assert_eq!(
+        count(&again, "rejected"),
+        2,
+        "the replayed records came back: {again}"
+    );
+    assert_eq!(count(&again, "accepted"), 0, "{again}");
 }
 
 /// What the test HTTP server saw.

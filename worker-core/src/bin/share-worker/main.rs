@@ -7,6 +7,7 @@ mod activity;
 mod check;
 mod handlers;
 mod produce;
+mod replay;
 mod run;
 mod setup;
 mod stats;
@@ -38,6 +39,15 @@ enum Command {
     Check(ConfigArg),
     /// Enqueue jobs: generated ones or one per line of a file.
     Produce(produce::ProduceArgs),
+    /// Dead-letter topic tools.
+    #[command(subcommand)]
+    Dlq(DlqCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum DlqCommand {
+    /// Republish dead letters to their original topics.
+    Replay(replay::ReplayArgs),
 }
 
 #[derive(Debug, Args)]
@@ -100,6 +110,10 @@ fn main() -> ExitCode {
             Command::Check(args) => {
                 let config = load(&args.config)?;
                 check::check(&config).await
+            }
+            Command::Dlq(DlqCommand::Replay(args)) => {
+                let config = load(args.config())?;
+                replay::replay(&config, &args).await
             }
             Command::Produce(args) => {
                 init_logs(LogFormat::Pretty);
