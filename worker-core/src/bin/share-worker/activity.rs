@@ -1,8 +1,8 @@
 //! What the handlers are doing: calls in flight, outcomes, and when anything last happened — for
 //! `--exit-when-idle` and the statistics.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -13,6 +13,7 @@ use worker_core::Outcome;
 pub(crate) struct Activity {
     in_flight: AtomicUsize,
     last: Mutex<Instant>,
+    first: OnceLock<Instant>,
     pub(crate) calls: AtomicU64,
     pub(crate) accepts: AtomicU64,
     pub(crate) retries: AtomicU64,
@@ -24,6 +25,7 @@ impl Activity {
         Self {
             in_flight: AtomicUsize::new(0),
             last: Mutex::new(Instant::now()),
+            first: OnceLock::new(),
             calls: AtomicU64::new(0),
             accepts: AtomicU64::new(0),
             retries: AtomicU64::new(0),
@@ -40,6 +42,7 @@ impl Activity {
     /// A handler call starts; the guard ends it (also when the call is cancelled).
     pub(crate) fn start(&self) -> CallGuard<'_> {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.first.get_or_init(Instant::now);
         self.touch();
         CallGuard { activity: self }
     }
@@ -47,6 +50,14 @@ impl Activity {
     /// Handler calls running now.
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// From the first handler call to the end of the last one (zero before any call).
+    pub(crate) fn busy(&self) -> Duration {
+        match (self.first.get(), self.last.lock()) {
+            (Some(first), Ok(last)) => last.saturating_duration_since(*first),
+            _ => Duration::ZERO,
+        }
     }
 
     /// How long nothing has run, or `None` while a handler runs.
@@ -99,5 +110,6 @@ mod tests {
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(activity.idle_for(), Some(Duration::from_secs(2)));
         assert_eq!(activity.accepts.load(Ordering::Relaxed), 1);
+        assert_eq!(activity.busy(), Duration::from_secs(5));
     }
 }

@@ -41,7 +41,9 @@ pub(crate) struct Stats {
     possible_duplicates: u64,
     /// Fetches that failed.
     fetch_errors: u64,
-    /// Handler calls per second.
+    /// Seconds from the first handler call to the end of the last.
+    busy_s: f64,
+    /// Handler calls per busy second.
     rate_per_s: f64,
 }
 
@@ -49,6 +51,7 @@ impl Stats {
     pub(crate) fn new(summary: &Summary, activity: &Activity, elapsed: Duration) -> Self {
         let processed = activity.calls.load(Ordering::Relaxed);
         let duration_s = elapsed.as_secs_f64();
+        let busy_s = activity.busy().as_secs_f64();
         Self {
             processed,
             accepted: summary.accepted,
@@ -68,8 +71,9 @@ impl Stats {
             timed_out: summary.timed_out,
             possible_duplicates: summary.possible_duplicates,
             fetch_errors: summary.fetch_errors,
-            rate_per_s: if duration_s > 0.0 {
-                processed as f64 / duration_s
+            busy_s,
+            rate_per_s: if busy_s > 0.0 {
+                processed as f64 / busy_s
             } else {
                 0.0
             },
@@ -79,7 +83,7 @@ impl Stats {
     /// The one-line summary.
     pub(crate) fn line(&self) -> String {
         format!(
-            "share-worker: processed {} in {:.1}s ({:.0}/s): accepted {}, released {}, rejected {}, dlq {}, renewed {}, ack failures {}",
+            "share-worker: processed {} in {:.1}s ({:.0}/s while busy): accepted {}, released {}, rejected {}, dlq {}, renewed {}, ack failures {}",
             self.processed,
             self.duration_s,
             self.rate_per_s,
