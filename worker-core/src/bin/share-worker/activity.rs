@@ -1,5 +1,9 @@
 //! What the handlers are doing: calls in flight, outcomes, and when anything last happened — for
 //! `--exit-when-idle` and the statistics.
+//!
+//! A retry is held by the runtime for its backoff before it is released and fetched again; no
+//! handler runs meanwhile, so the longest the hold can last (the backoff window's end, or the
+//! capped `Retry-After`) counts as activity too.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -7,6 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use worker_core::Outcome;
+use worker_core::policy::Backoff;
 
 /// Shared by every route's service.
 #[derive(Debug)]
@@ -14,6 +19,9 @@ pub(crate) struct Activity {
     in_flight: AtomicUsize,
     last: Mutex<Instant>,
     first: OnceLock<Instant>,
+    /// Until when a retry may still be held for its backoff.
+    held_until: Mutex<Instant>,
+    backoff: Backoff,
     pub(crate) calls: AtomicU64,
     pub(crate) accepts: AtomicU64,
     pub(crate) retries: AtomicU64,
@@ -21,8 +29,10 @@ pub(crate) struct Activity {
 }
 
 impl Activity {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(backoff: Backoff) -> Self {
         Self {
+            held_until: Mutex::new(Instant::now()),
+            backoff,
             in_flight: AtomicUsize::new(0),
             last: Mutex::new(Instant::now()),
             first: OnceLock::new(),
@@ -65,7 +75,11 @@ impl Activity {
         if self.in_flight.load(Ordering::SeqCst) > 0 {
             return None;
         }
-        self.last.lock().ok().map(|last| last.elapsed())
+        let held_until = *self.held_until.lock().ok()?;
+        let last = *self.last.lock().ok()?;
+        let now = Instant::now();
+        let since = last.max(held_until);
+        (now >= since).then(|| now - since)
     }
 }
 
@@ -76,9 +90,18 @@ pub(crate) struct CallGuard<'a> {
 }
 
 impl CallGuard<'_> {
-    /// The call ended with `outcome`.
-    pub(crate) fn finish(self, outcome: &Outcome) {
+    /// The call of delivery `attempt` ended with `outcome`.
+    pub(crate) fn finish(self, outcome: &Outcome, attempt: u16) {
         let a = self.activity;
+        if let Outcome::Retry { after, .. } = outcome {
+            let hold = match after {
+                Some(after) => (*after).min(a.backoff.max()),
+                None => a.backoff.window(attempt).1,
+            };
+            if let Ok(mut until) = a.held_until.lock() {
+                *until = (*until).max(Instant::now() + hold);
+            }
+        }
         a.calls.fetch_add(1, Ordering::Relaxed);
         let counter = match outcome {
             Outcome::Accept => &a.accepts,
@@ -102,14 +125,30 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn idle_counts_from_the_last_call() {
-        let activity = Activity::new();
+        let backoff = Backoff::exponential(Duration::from_secs(1), Duration::from_secs(10));
+        let activity = Activity::new(backoff.jitter(false));
         let guard = activity.start();
         tokio::time::advance(Duration::from_secs(5)).await;
         assert_eq!(activity.idle_for(), None);
-        guard.finish(&Outcome::Accept);
+        guard.finish(&Outcome::Accept, 1);
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(activity.idle_for(), Some(Duration::from_secs(2)));
         assert_eq!(activity.accepts.load(Ordering::Relaxed), 1);
         assert_eq!(activity.busy(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_retry_is_not_idle() {
+        let backoff = Backoff::exponential(Duration::from_secs(1), Duration::from_secs(10));
+        let activity = Activity::new(backoff.jitter(false));
+        activity.start().finish(&Outcome::retry("flaky"), 3); // held 4s
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(activity.idle_for(), None);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(activity.idle_for(), Some(Duration::from_secs(1)));
+        let hinted = Outcome::retry_after(Duration::from_secs(60), "429");
+        activity.start().finish(&hinted, 1); // capped at 10s
+        tokio::time::advance(Duration::from_secs(9)).await;
+        assert_eq!(activity.idle_for(), None);
     }
 }

@@ -35,7 +35,7 @@ pub(crate) async fn run(
             config.worker.group, config.kafka.bootstrap
         )
     })?;
-    let activity = Arc::new(Activity::new());
+    let activity = Arc::new(Activity::new(config.backoff()));
     let mut builder = config.configure(Worker::builder(source.clone()));
     if let Some(sink) = config.dlq_sink()? {
         builder = builder.dlq(sink);

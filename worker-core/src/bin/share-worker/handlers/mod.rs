@@ -59,7 +59,7 @@ pub(crate) fn service(
         async move {
             let call = activity.start();
             let outcome = handler.handle(&job).await;
-            call.finish(&outcome);
+            call.finish(&outcome, job.attempt());
             Ok::<_, Infallible>(outcome)
         }
     });
