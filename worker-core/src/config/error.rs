@@ -39,7 +39,8 @@ pub(crate) struct Source<'a> {
 }
 
 impl ConfigError {
-    /// The key, e.g. `worker.concurrency` or `route[1].url`.
+    /// The key, e.g. `worker.concurrency` or `route[1].url`; empty for a file that cannot be read
+    /// or parsed.
     pub fn key(&self) -> &str {
         &self.key
     }
@@ -73,6 +74,20 @@ impl ConfigError {
             line: locate::line(source.text, path),
             key: display_key(path),
             message: message.into(),
+        }
+    }
+
+    /// A TOML syntax error, at the line toml_edit points to.
+    pub(crate) fn syntax(source: &Source<'_>, err: &toml_edit::TomlError) -> Self {
+        let line = err
+            .span()
+            .and_then(|span| source.text.get(..span.start))
+            .map(|upto| upto.matches('\n').count() + 1);
+        Self {
+            origin: Origin::File(source.file.map(PathBuf::from)),
+            line,
+            key: String::new(),
+            message: format!("invalid TOML: {}", err.message().trim()),
         }
     }
 
@@ -139,9 +154,6 @@ fn display_key(path: &[String]) -> String {
             key.push_str(segment);
         }
     }
-    if key.is_empty() {
-        key.push_str("(top level)");
-    }
     key
 }
 
@@ -160,7 +172,10 @@ impl fmt::Display for ConfigError {
                 }
             }
         }
-        write!(f, "`{}`: {}", self.key, self.message)
+        if !self.key.is_empty() {
+            write!(f, "`{}`: ", self.key)?;
+        }
+        f.write_str(&self.message)
     }
 }
 

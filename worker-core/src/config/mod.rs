@@ -101,6 +101,9 @@ impl Config {
             file,
             env: &env_paths,
         };
+        if let Err(err) = toml_edit::ImDocument::parse(text) {
+            return Err(ConfigError::syntax(&source, &err));
+        }
         let mut figment = Figment::new().merge(Toml::string(text));
         for o in overrides {
             figment = figment.merge(o);

@@ -271,8 +271,40 @@ fn broken_files_name_the_key_and_the_line() {
 
 #[test]
 fn syntax_errors_and_unreadable_files_are_errors_not_panics() {
-    let err = parse("[kafka\nbootstrap = 1").unwrap_err();
-    assert!(err.to_string().starts_with("worker.toml"), "{err}");
+    let err = parse("[kafka]\nbootstrap = \"x\"\n[worker\ngroup = 1").unwrap_err();
+    assert_eq!(err.line(), Some(3), "{err}");
+    assert!(
+        err.to_string().starts_with("worker.toml:3: invalid TOML"),
+        "{err}"
+    );
     let err = Config::load(Path::new("/nonexistent/worker.toml")).unwrap_err();
     assert!(err.to_string().contains("cannot read"), "{err}");
+}
+
+#[test]
+fn what_the_file_accepts_the_builder_accepts() {
+    use std::convert::Infallible;
+
+    use crate::testing::MemoryBroker;
+    use crate::{Job, Worker};
+
+    let edges = MINIMAL.replace(
+        "group = \"g\"",
+        "group = \"g\"\nconcurrency = 1\nmax-poll-records = 1\nrenew-at = 0.999\njob-timeout = \"1ms\"\n\
+         [retry]\nmax-attempts = 1\nbackoff-initial = \"1ms\"\nbackoff-max = \"1ms\"\nbackoff-multiplier = 1.0",
+    );
+    for text in [REFERENCE, ISSUE, MINIMAL, edges.as_str()] {
+        let config = parse(text).unwrap();
+        let broker = MemoryBroker::new();
+        let mut builder = config.configure(Worker::builder(broker.member("m")));
+        for topic in config.topics() {
+            builder = builder.route(
+                topic.to_owned(),
+                tower::service_fn(|_: Job| async { Ok::<_, Infallible>(crate::Outcome::Accept) }),
+            );
+        }
+        if let Err(err) = builder.build() {
+            panic!("the builder refused a valid file: {err}\n{text}");
+        }
+    }
 }
