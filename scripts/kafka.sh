@@ -3,6 +3,8 @@
 #
 #   scripts/kafka.sh start              resolve jars (cached), format a fresh data dir, start, wait
 #   scripts/kafka.sh stop               stop the broker this script started and wait for it to exit
+#   scripts/kafka.sh kill               SIGKILL it (fault tests); its data directory stays
+#   scripts/kafka.sh resume             start it again on its existing data (after kill or stop)
 #   scripts/kafka.sh status             say whether it runs and where
 #   scripts/kafka.sh logs               print the broker log
 #   scripts/kafka.sh tool CLASS ARGS... run a Kafka tool class on the broker's classpath
@@ -110,9 +112,6 @@ start() {
     echo "$bootstrap"
     return
   fi
-  if port_open "$port"; then
-    die "something else already listens on 127.0.0.1:$port (set KAFKA_PORT to use another port)"
-  fi
   resolve_jars
   rm -rf "$run"
   write_config
@@ -120,7 +119,17 @@ start() {
   cluster_id=$(java_cmd kafka.tools.StorageTool random-uuid)
   java_cmd kafka.tools.StorageTool format -t "$cluster_id" -c "$run/server.properties" --standalone \
     >"$run/format.log" 2>&1 || { cat "$run/format.log" >&2; die "formatting the data directory failed"; }
-  say "starting Kafka $version (cluster $cluster_id) on $bootstrap, log in $logfile"
+  say "formatted cluster $cluster_id"
+  launch
+}
+
+# Starts the broker on the formatted data directory in $run and waits until it answers.
+launch() {
+  if port_open "$port"; then
+    die "something else already listens on 127.0.0.1:$port (set KAFKA_PORT to use another port)"
+  fi
+  say "starting Kafka $version on $bootstrap, log in $logfile"
+  [[ -f $logfile ]] && mv "$logfile" "$logfile.previous"
   nohup java -Xms512m -Xmx"${KAFKA_HEAP:-1g}" -XX:+UseG1GC -Djava.awt.headless=true \
     -cp "$jars/*" -Dlog4j2.configurationFile="$run/log4j2.properties" \
     kafka.Kafka "$run/server.properties" >"$run/stdout.log" 2>&1 &
@@ -139,6 +148,28 @@ start() {
   done
   say "Kafka $version is up at $bootstrap"
   echo "$bootstrap"
+}
+
+resume() {
+  local pid
+  if pid=$(running_pid); then
+    say "already running (pid $pid) at $bootstrap"
+    echo "$bootstrap"
+    return
+  fi
+  [[ -f $run/server.properties && -d $run/data ]] || die "nothing to resume in $run: use start"
+  launch
+}
+
+kill_now() {
+  local pid
+  pid=$(running_pid) || die "not running"
+  say "killing Kafka (pid $pid) with SIGKILL"
+  kill -KILL "$pid" 2>/dev/null || true
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 0.1
+  done
+  rm -f "$pidfile"
 }
 
 stop() {
@@ -197,8 +228,10 @@ PROPS
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
+  kill) kill_now ;;
+  resume) resume ;;
   status) status ;;
   logs) logs ;;
   tool) shift; tool "$@" ;;
-  *) die "usage: kafka.sh start|stop|status|logs|tool CLASS ARGS..." ;;
+  *) die "usage: kafka.sh start|stop|kill|resume|status|logs|tool CLASS ARGS..." ;;
 esac

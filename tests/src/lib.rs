@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::{Context, bail, ensure};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -96,4 +96,24 @@ pub async fn produce<V: AsRef<[u8]>>(
             .map_err(|(err, _)| anyhow::anyhow!("producing to {topic}: {err}"))?;
     }
     Ok(count)
+}
+
+/// Checks `condition` every 50 ms until it holds, failing once `limit` has passed: how tests wait
+/// for something to happen, instead of sleeping a fixed time.
+pub async fn wait_for(
+    what: &str,
+    limit: Duration,
+    mut condition: impl AsyncFnMut() -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if condition().await? {
+            return Ok(());
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -43,3 +43,25 @@ async fn records_produced_with_rdkafka_can_be_read_back() -> anyhow::Result<()> 
     assert_eq!(seen, expected);
     Ok(())
 }
+
+#[tokio::test]
+async fn the_broker_offers_the_v2_share_rpcs() -> anyhow::Result<()> {
+    const SHARE_FETCH: i16 = 78;
+    const SHARE_ACKNOWLEDGE: i16 = 79;
+    let admin = worker_core::kafka::Admin::connect(tests::bootstrap()).await?;
+    for (name, key) in [
+        ("ShareFetch", SHARE_FETCH),
+        ("ShareAcknowledge", SHARE_ACKNOWLEDGE),
+    ] {
+        let (min, max) = admin
+            .offered_versions(key)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("the broker does not offer {name} ({key})"))?;
+        assert!(
+            min <= 2 && max >= 2,
+            "{name} v{min}-{max} does not include v2"
+        );
+    }
+    admin.require_share_groups().await?;
+    Ok(())
+}

@@ -4,142 +4,20 @@
 //! Every test uses its own topic and group, so they can run in parallel. A missing broker fails the
 //! tests; nothing is skipped.
 
+#[path = "kafka_client/support.rs"]
+mod support;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use rdkafka::ClientConfig;
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::Producer;
 use tokio::time::Instant;
 use worker_core::kafka::{Admin, KafkaSource};
 use worker_core::source::{AckError, AckKind, Delivery, ShareSource};
 
-fn bootstrap() -> String {
-    std::env::var("KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".to_string())
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
-}
-
-/// A fresh topic and a share group reading it from the earliest offset.
-async fn setup(partitions: i32, lock_ms: Option<u32>) -> Result<(Admin, String, String)> {
-    let admin = Admin::connect(bootstrap())
-        .await
-        .context("broker not reachable")?;
-    let topic = unique("t");
-    let group = unique("g");
-    admin.create_topic(&topic, partitions, 1).await?;
-    admin
-        .set_group_config(&group, "share.auto.offset.reset", "earliest")
-        .await?;
-    if let Some(ms) = lock_ms {
-        admin
-            .set_group_config(&group, "share.record.lock.duration.ms", &ms.to_string())
-            .await?;
-    }
-    Ok((admin, topic, group))
-}
-
-fn producer(extra: &[(&str, &str)]) -> Result<FutureProducer> {
-    let mut cfg = ClientConfig::new();
-    cfg.set("bootstrap.servers", bootstrap())
-        .set("linger.ms", "5");
-    for (k, v) in extra {
-        cfg.set(*k, *v);
-    }
-    Ok(cfg.create()?)
-}
-
-async fn produce_with(p: &FutureProducer, topic: &str, range: std::ops::Range<u32>) -> Result<()> {
-    let sends = range.map(|i| {
-        let payload = format!("v-{i}");
-        let key = format!("k-{i}");
-        async move {
-            p.send(
-                FutureRecord::to(topic)
-                    .payload(&payload)
-                    .key(&key)
-                    .partition(0),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(e, _)| e)
-        }
-    });
-    for r in futures::future::join_all(sends).await {
-        r?;
-    }
-    Ok(())
-}
-
-async fn produce(topic: &str, n: u32) -> Result<()> {
-    let p = producer(&[])?;
-    produce_with(&p, topic, 0..n).await?;
-    p.flush(Duration::from_secs(10))?;
-    Ok(())
-}
-
-async fn source(group: &str, topic: &str) -> Result<KafkaSource> {
-    Ok(KafkaSource::builder(bootstrap(), group)
-        .topic(topic)
-        .max_wait(Duration::from_millis(200))
-        .build()
-        .await?)
-}
-
-/// Fetches until `want` records arrived or the deadline passes; checks the record_limit bound.
-async fn fetch_n(
-    src: &KafkaSource,
-    want: usize,
-    max: u32,
-    within: Duration,
-) -> Result<Vec<Delivery>> {
-    let deadline = Instant::now() + within;
-    let mut out = Vec::new();
-    while out.len() < want {
-        ensure!(
-            Instant::now() < deadline,
-            "got {} of {want} records before the deadline",
-            out.len()
-        );
-        let ask = max.min((want - out.len()) as u32);
-        let got = src.fetch(ask).await?;
-        ensure!(
-            got.len() <= ask as usize,
-            "asked for {ask}, got {}",
-            got.len()
-        );
-        out.extend(got);
-    }
-    Ok(out)
-}
-
-async fn wait_lag_zero(admin: &Admin, group: &str, topic: &str) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let lag = admin.share_group_lag(group, topic).await?;
-        if lag == 0 {
-            return Ok(());
-        }
-        ensure!(Instant::now() < deadline, "lag still {lag} after 30s");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn ack_all(src: &KafkaSource, records: &[Delivery], kind: AckKind) -> Result<()> {
-    let receipts: Vec<_> = records
-        .iter()
-        .map(|d| src.acknowledge(&d.id, kind))
-        .collect();
-    for (d, r) in records
-        .iter()
-        .zip(futures::future::join_all(receipts).await)
-    {
-        r.with_context(|| format!("ack of {}", d.id))?;
-    }
-    Ok(())
-}
+use support::*;
 
 /// Done-when 1: join, fetch 1,000 in record_limit mode, never more than asked, each once, all
 /// accepted, lag 0.
@@ -168,29 +46,6 @@ async fn fetches_a_thousand_records_within_the_limit_and_reaches_lag_zero() -> R
     ensure!(src.fetch(10).await?.is_empty());
     src.close().await?;
     Ok(())
-}
-
-/// Fetches until `pred` holds for a fetched record, acknowledging nothing; returns that record and
-/// everything else fetched on the way.
-async fn fetch_until(
-    src: &KafkaSource,
-    within: Duration,
-    mut pred: impl FnMut(&Delivery) -> bool,
-) -> Result<(Delivery, Vec<Delivery>)> {
-    let deadline = Instant::now() + within;
-    let mut others = Vec::new();
-    loop {
-        ensure!(
-            Instant::now() < deadline,
-            "condition not met within {within:?}"
-        );
-        for d in src.fetch(10).await? {
-            if pred(&d) {
-                return Ok((d, others));
-            }
-            others.push(d);
-        }
-    }
 }
 
 /// Done-when 2: RELEASE brings the record back with delivery count 2; REJECT never does.
@@ -319,9 +174,18 @@ async fn renew_keeps_the_lock_and_its_absence_loses_it() -> Result<()> {
 #[tokio::test]
 async fn two_clients_share_one_partition() -> Result<()> {
     let (admin, topic, group) = setup(1, None).await?;
-    produce(&topic, 400).await?;
     let a = source(&group, &topic).await?;
     let b = source(&group, &topic).await?;
+    // Both members hold the partition before any record exists.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while a.assignment().is_empty() || b.assignment().is_empty() {
+        ensure!(
+            Instant::now() < deadline,
+            "both members were not assigned within 30s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    produce(&topic, 400).await?;
     let mut seen: HashMap<i64, usize> = HashMap::new();
     let mut per_client = [0usize; 2];
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -474,8 +338,27 @@ async fn close_releases_held_records_at_once() -> Result<()> {
         .map(|d| a.acknowledge(&d.id, AckKind::Accept))
         .collect();
     let b = source(&group, &topic).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !admin
+        .share_group_members(&group)
+        .await?
+        .iter()
+        .any(|m| m == a.member_id())
+    {
+        ensure!(
+            Instant::now() < deadline,
+            "member a never showed up in the group"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let closed_at = Instant::now();
     a.close().await?;
+    // The group was left: a is gone from it at once.
+    let members = admin.share_group_members(&group).await?;
+    ensure!(
+        !members.iter().any(|m| m == a.member_id()),
+        "a still in the group: {members:?}"
+    );
     for r in futures::future::join_all(receipts).await {
         r.context("ack flushed by close")?;
     }
@@ -492,5 +375,170 @@ async fn close_releases_held_records_at_once() -> Result<()> {
     ack_all(&b, &back, AckKind::Accept).await?;
     wait_lag_zero(&admin, &group, &topic).await?;
     b.close().await?;
+    Ok(())
+}
+
+/// Done-when 9: this client and Kafka's Java share consumer in one group consume a topic together
+/// with nothing missing.
+#[tokio::test]
+async fn interoperates_with_the_java_share_consumer() -> Result<()> {
+    let (admin, topic, group) = setup(1, None).await?;
+    let total = 3000u32;
+    let expected: HashSet<String> = (0..total).map(|i| format!("v-{i}")).collect();
+    let src = source(&group, &topic).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while src.assignment().is_empty() {
+        ensure!(Instant::now() < deadline, "no assignment within 30s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let java = JavaShareConsumer::start(&topic, &group)?;
+    // Records arrive as a stream over ~10 s, so both consumers are in the group while they come.
+    let producing = {
+        let topic = topic.clone();
+        tokio::spawn(async move {
+            let p = producer(&[])?;
+            for chunk in 0..50 {
+                produce_with(&p, &topic, chunk * 60..(chunk + 1) * 60).await?;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            anyhow::Ok(())
+        })
+    };
+    let mut java = java;
+    let mut ours: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let union: HashSet<String> = ours.iter().cloned().chain(java.seen()).collect();
+        if expected.is_subset(&union) {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "missing {} records (ours {}, java {})",
+            expected.difference(&union).count(),
+            ours.len(),
+            java.seen().len()
+        );
+        let got = src.fetch(20).await?;
+        ours.extend(
+            got.iter().map(|d| {
+                String::from_utf8_lossy(d.value.as_deref().unwrap_or_default()).into_owned()
+            }),
+        );
+        ack_all(&src, &got, AckKind::Accept).await?;
+    }
+    producing.await??;
+    ensure!(!ours.is_empty(), "our client got nothing");
+    ensure!(!java.seen().is_empty(), "the Java consumer got nothing");
+    src.close().await?;
+    // The Java consumer exits on its own after 8 s without records, acknowledging what it printed.
+    let exited = tokio::time::timeout(Duration::from_secs(60), java.child.wait()).await;
+    ensure!(exited.is_ok(), "the Java share consumer did not exit");
+    wait_lag_zero(&admin, &group, &topic).await?;
+    Ok(())
+}
+
+/// The admin helpers read the delivery-count limit and reject a group id used by a consumer group.
+#[tokio::test]
+async fn admin_reads_the_delivery_count_limit() -> Result<()> {
+    let (admin, _topic, group) = setup(1, None).await?;
+    let limit = admin.delivery_count_limit(&group).await?;
+    ensure!((2..=10).contains(&limit), "delivery count limit {limit}");
+    Ok(())
+}
+
+/// Joining with the id of an existing consumer group fails with a message that says so.
+#[tokio::test]
+async fn a_consumer_group_id_is_a_clear_fatal_error() -> Result<()> {
+    use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+    let admin = Admin::connect(bootstrap()).await?;
+    let topic = unique("t");
+    let group = unique("g");
+    admin.create_topic(&topic, 1, 1).await?;
+    produce(&topic, 1).await?;
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", &group)
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()?;
+    consumer.subscribe(&[&topic])?;
+    tokio::time::timeout(Duration::from_secs(30), consumer.recv()).await??;
+    consumer.commit_consumer_state(CommitMode::Sync)?;
+    let src = source(&group, &topic).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match src.fetch(1).await {
+            Err(e) => {
+                ensure!(
+                    e.message().contains("not a share group"),
+                    "unclear error: {e}"
+                );
+                break;
+            }
+            Ok(got) => {
+                ensure!(got.is_empty(), "a consumer group's records were delivered");
+                ensure!(
+                    Instant::now() < deadline,
+                    "joining a consumer group did not fail"
+                );
+            }
+        }
+    }
+    src.close().await?;
+    Ok(())
+}
+
+/// Acknowledgements and renewals made while another task's fetch is waiting at the broker are
+/// sent as soon as that fetch returns, and all are answered.
+#[tokio::test]
+async fn acks_made_during_a_waiting_fetch_are_answered() -> Result<()> {
+    let (admin, topic, group) = setup(1, None).await?;
+    produce(&topic, 20).await?;
+    let src = source(&group, &topic).await?;
+    let held = fetch_n(&src, 20, 20, Duration::from_secs(30)).await?;
+    // Nothing is left to acquire: this fetch waits at the broker for its full MaxWaitMs.
+    let waiting = {
+        let src = src.clone();
+        tokio::spawn(async move { src.fetch(10).await })
+    };
+    let renewals: Vec<_> = held[..10].iter().map(|d| src.renew(&d.id)).collect();
+    let acks: Vec<_> = held
+        .iter()
+        .map(|d| src.acknowledge(&d.id, AckKind::Accept))
+        .collect();
+    let answered = tokio::time::timeout(Duration::from_secs(5), async {
+        (
+            futures::future::join_all(renewals).await,
+            futures::future::join_all(acks).await,
+        )
+    })
+    .await
+    .context("receipts not answered within 5s")?;
+    for r in answered.0 {
+        r.context("renew")?;
+    }
+    for r in answered.1 {
+        r.context("ack")?;
+    }
+    ensure!(waiting.await??.is_empty());
+    wait_lag_zero(&admin, &group, &topic).await?;
+    src.close().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_source_reports_the_groups_delivery_limit() -> Result<()> {
+    let (admin, topic, group) = setup(1, None).await?;
+    let source = KafkaSource::builder(bootstrap(), &group)
+        .topic(&topic)
+        .build()
+        .await?;
+    let expected = admin.delivery_count_limit(&group).await?;
+    assert_eq!(
+        source.delivery_limit().await?,
+        Some(u16::try_from(expected)?)
+    );
+    source.close().await?;
     Ok(())
 }

@@ -17,10 +17,9 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use policy_support::{
     Attempts, Ledger, Setup, WORKER, header_map, json_route, json_values, read_dlq, source_offset,
-    wait_for,
 };
 use rdkafka::Message;
-use tests::{produce, producer};
+use tests::{produce, producer, wait_for};
 use tokio::time::Instant;
 use tower::service_fn;
 use worker_core::dlq::headers;
@@ -390,7 +389,11 @@ async fn a_record_at_the_delivery_limit_goes_to_the_dlq_without_the_handler() ->
     let setup = Setup::new(vec!["stuck".to_owned()], Duration::from_secs(1), true).await?;
     let ledger = Arc::new(Ledger::default());
     let source = setup.source(&ledger).await?;
-    assert_eq!(source.limit, 5, "the broker's default delivery-count limit");
+    assert_eq!(
+        source.delivery_limit().await?,
+        Some(5),
+        "the broker's default delivery-count limit"
+    );
     // Four deliveries that never finish (as if the worker died each time): the locks run out.
     for expected in 1..=4u16 {
         let deadline = Instant::now() + Duration::from_secs(30);

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, ensure};
-use tests::{produce, producer, unique};
+use anyhow::Context;
+use tests::{produce, producer, unique, wait_for};
 use tokio::time::Instant;
 use tower::service_fn;
 use worker_core::kafka::{Admin, KafkaSource};
@@ -47,25 +47,6 @@ async fn source(topic: &str, group: &str) -> anyhow::Result<KafkaSource> {
         .topic(topic)
         .build()
         .await?)
-}
-
-/// Polls `condition` every 50 ms until it holds or `limit` passes.
-async fn wait_for(
-    what: &str,
-    limit: Duration,
-    mut condition: impl AsyncFnMut() -> anyhow::Result<bool>,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if condition().await? {
-            return Ok(());
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

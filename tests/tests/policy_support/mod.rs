@@ -45,11 +45,9 @@ impl Ledger {
     }
 }
 
-/// The Kafka source, recording into a ledger, with the group's delivery limit read through the
-/// admin client (the port method the Kafka source will implement itself).
+/// The Kafka source, recording into a ledger.
 pub(crate) struct Recorded {
     pub(crate) inner: KafkaSource,
-    pub(crate) limit: u16,
     pub(crate) ledger: Arc<Ledger>,
 }
 
@@ -77,8 +75,8 @@ impl ShareSource for Recorded {
         self.inner.close()
     }
 
-    async fn delivery_limit(&self) -> worker_core::Result<Option<u16>> {
-        Ok(Some(self.limit))
+    fn delivery_limit(&self) -> impl Future<Output = worker_core::Result<Option<u16>>> + Send {
+        self.inner.delivery_limit()
     }
 }
 
@@ -124,7 +122,6 @@ impl Setup {
     }
 
     pub(crate) async fn source(&self, ledger: &Arc<Ledger>) -> anyhow::Result<Recorded> {
-        let limit = self.admin.delivery_count_limit(&self.group).await?;
         let inner = KafkaSource::builder(tests::bootstrap(), &self.group)
             .topic(&self.topic)
             .max_wait(Duration::from_millis(100))
@@ -132,7 +129,6 @@ impl Setup {
             .await?;
         Ok(Recorded {
             inner,
-            limit: u16::try_from(limit).context("the delivery limit fits a u16")?,
             ledger: ledger.clone(),
         })
     }
@@ -148,25 +144,6 @@ impl Setup {
 
     pub(crate) async fn lag(&self) -> anyhow::Result<i64> {
         Ok(self.admin.share_group_lag(&self.group, &self.topic).await?)
-    }
-}
-
-/// Polls `condition` every 50 ms until it holds or `limit` passes.
-pub(crate) async fn wait_for(
-    what: &str,
-    limit: Duration,
-    mut condition: impl AsyncFnMut() -> anyhow::Result<bool>,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if condition().await? {
-            return Ok(());
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

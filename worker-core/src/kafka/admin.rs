@@ -10,8 +10,9 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{
     CreateTopicsRequest, CreateTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
     DescribeShareGroupOffsetsRequest, GroupId, IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse, ListOffsetsRequest, ListOffsetsResponse, TopicName,
-    create_topics_request, describe_configs_request, describe_share_group_offsets_request,
+    IncrementalAlterConfigsResponse, ListOffsetsRequest, ListOffsetsResponse,
+    ShareGroupDescribeRequest, ShareGroupDescribeResponse, TopicName, create_topics_request,
+    describe_configs_request, describe_share_group_offsets_request,
     incremental_alter_configs_request, list_offsets_request,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
@@ -25,6 +26,7 @@ const INCREMENTAL_ALTER_CONFIGS: i16 = 44;
 const DESCRIBE_CONFIGS: i16 = 32;
 const DESCRIBE_SHARE_GROUP_OFFSETS: i16 = 90;
 const LIST_OFFSETS: i16 = 2;
+const SHARE_GROUP_DESCRIBE: i16 = 77;
 /// ConfigResource type GROUP.
 const RESOURCE_GROUP: i8 = 32;
 /// ConfigResource type BROKER.
@@ -101,6 +103,18 @@ impl Admin {
         );
         drop(cluster.connect_any().await?);
         Ok(Self { cluster })
+    }
+
+    /// The version range a broker offers for the API `api_key` (from its ApiVersions answer), `None`
+    /// when it does not offer that API at all.
+    pub async fn offered_versions(&self, api_key: i16) -> Result<Option<(i16, i16)>> {
+        Ok(self.cluster.connect_any().await?.offered(api_key))
+    }
+
+    /// Fails with [`ErrorKind::Unsupported`] unless the broker offers ShareFetch and
+    /// ShareAcknowledge v2: share groups with RENEW and `record_limit` need Kafka 4.2+.
+    pub async fn require_share_groups(&self) -> Result<()> {
+        self.cluster.connect_any().await?.require_share_v2()
     }
 
     /// Creates `topic` with `partitions` partitions and replication factor `replication`. A topic that
@@ -221,6 +235,36 @@ impl Admin {
             }
         }
         Ok(None)
+    }
+
+    /// The member ids of share group `group` (ShareGroupDescribe, sent to its coordinator). A group
+    /// that does not exist has no members.
+    pub async fn share_group_members(&self, group: &str) -> Result<Vec<String>> {
+        let c = self.cluster.find_coordinator(group).await?;
+        if c.error_code != 0 {
+            return Err(broker_error("FindCoordinator", c.error_code, None));
+        }
+        let mut conn = Connection::connect(&c.addr, &self.cluster.options).await?;
+        let mut req = ShareGroupDescribeRequest::default();
+        req.group_ids = vec![GroupId(StrBytes::from_string(group.to_string()))];
+        let v = conn.version(SHARE_GROUP_DESCRIBE, (1, 1))?;
+        let (resp, v) = call(&mut conn, SHARE_GROUP_DESCRIBE, (v, v), &encode(&req, v)?).await?;
+        let resp: ShareGroupDescribeResponse = decode(resp, v, "ShareGroupDescribe")?;
+        let mut members = Vec::new();
+        for g in resp.groups {
+            match g.error_code {
+                0 => members.extend(g.members.into_iter().map(|m| m.member_id.to_string())),
+                69 => {}
+                code => {
+                    return Err(broker_error(
+                        &format!("describing group {group}"),
+                        code,
+                        g.error_message.as_ref(),
+                    ));
+                }
+            }
+        }
+        Ok(members)
     }
 
     /// The delivery-count limit that applies to `group`: the group's `share.delivery.count.limit`

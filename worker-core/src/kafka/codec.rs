@@ -375,7 +375,8 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn share_fetch_v2_is_v1_with_mode_and_renew_after_batch_size() {
+    fn share_fetch_v2_is_v1_with_mode_and_renew_after_batch_size()
+    -> Result<(), Box<dyn std::error::Error>> {
         let key = SessionKey {
             group_id: "g",
             member_id: "member-1",
@@ -391,7 +392,7 @@ pub(crate) mod tests {
             is_renew: false,
         };
         let forgotten = vec![(Uuid::from_u128(9), vec![1, 2])];
-        let ours = encode_share_fetch(key, params, &sample_topics(), &forgotten).unwrap();
+        let ours = encode_share_fetch(key, params, &sample_topics(), &forgotten)?;
 
         let mut v1 = ShareFetchRequest::default();
         v1.group_id = Some(GroupId(StrBytes::from_static_str("g")));
@@ -408,35 +409,38 @@ pub(crate) mod tests {
         f.partitions = vec![1, 2];
         v1.forgotten_topics_data = vec![f];
         let mut crate_bytes = BytesMut::new();
-        v1.encode(&mut crate_bytes, 1).unwrap();
+        v1.encode(&mut crate_bytes, 1)?;
         // GroupId (1 + 1) + MemberId (1 + 8) + six int32 fields.
         let at = 2 + 9 + 24;
         let mut expected = crate_bytes[..at].to_vec();
         expected.extend_from_slice(&[ACQUIRE_RECORD_LIMIT as u8, 0]);
         expected.extend_from_slice(&crate_bytes[at..]);
         assert_eq!(&ours[..], &expected[..]);
+        Ok(())
     }
 
     #[test]
-    fn share_acknowledge_v2_is_v1_with_renew_after_epoch() {
+    fn share_acknowledge_v2_is_v1_with_renew_after_epoch() -> Result<(), Box<dyn std::error::Error>>
+    {
         let key = SessionKey {
             group_id: "grp",
             member_id: "m",
             epoch: 3,
         };
-        let ours = encode_share_acknowledge(key, true, &sample_topics()).unwrap();
+        let ours = encode_share_acknowledge(key, true, &sample_topics())?;
         let mut v1 = ShareAcknowledgeRequest::default();
         v1.group_id = Some(GroupId(StrBytes::from_static_str("grp")));
         v1.member_id = Some(StrBytes::from_static_str("m"));
         v1.share_session_epoch = 3;
         v1.topics = sample_topics().iter().map(ack_topic).collect();
         let mut crate_bytes = BytesMut::new();
-        v1.encode(&mut crate_bytes, 1).unwrap();
+        v1.encode(&mut crate_bytes, 1)?;
         let at = 4 + 2 + 4;
         let mut expected = crate_bytes[..at].to_vec();
         expected.push(1);
         expected.extend_from_slice(&crate_bytes[at..]);
         assert_eq!(&ours[..], &expected[..]);
+        Ok(())
     }
 
     pub(crate) fn crate_fetch_response() -> ShareFetchResponse {
@@ -465,10 +469,10 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn share_fetch_response_decodes_like_the_crate_v1() {
+    fn share_fetch_response_decodes_like_the_crate_v1() -> Result<(), Box<dyn std::error::Error>> {
         let mut buf = BytesMut::new();
-        crate_fetch_response().encode(&mut buf, 1).unwrap();
-        let ours = decode_share_fetch(buf.freeze()).unwrap();
+        crate_fetch_response().encode(&mut buf, 1)?;
+        let ours = decode_share_fetch(buf.freeze())?;
         assert_eq!(ours.lock_timeout_ms, 30_000);
         let (topic_id, parts) = &ours.topics[0];
         assert_eq!(*topic_id, Uuid::from_u128(77));
@@ -488,10 +492,11 @@ pub(crate) mod tests {
             }]
         );
         assert_eq!(ours.endpoints[0].host, "localhost");
+        Ok(())
     }
 
     #[test]
-    fn share_acknowledge_v2_response_decodes() {
+    fn share_acknowledge_v2_response_decodes() -> Result<(), Box<dyn std::error::Error>> {
         let mut resp = ShareAcknowledgeResponse::default();
         resp.error_code = 0;
         let mut part = ack_resp::PartitionData::default();
@@ -503,13 +508,13 @@ pub(crate) mod tests {
         topic.partitions = vec![part];
         resp.responses = vec![topic];
         let mut v1 = BytesMut::new();
-        resp.encode(&mut v1, 1).unwrap();
+        resp.encode(&mut v1, 1)?;
         // v2 inserts AcquisitionLockTimeoutMs after ErrorMessage (throttle 4 + code 2 + null 1).
         let at = 7;
         let mut v2 = v1[..at].to_vec();
         v2.extend_from_slice(&15_000i32.to_be_bytes());
         v2.extend_from_slice(&v1[at..]);
-        let ours = decode_share_acknowledge(Bytes::from(v2)).unwrap();
+        let ours = decode_share_acknowledge(Bytes::from(v2))?;
         assert_eq!(ours.lock_timeout_ms, 15_000);
         assert_eq!(
             ours.topics,
@@ -523,5 +528,6 @@ pub(crate) mod tests {
                 }]
             )]
         );
+        Ok(())
     }
 }

@@ -70,6 +70,9 @@ impl KafkaConfig {
         if self.topics.is_empty() || self.topics.iter().any(String::is_empty) {
             return bad("topics", "at least one non-empty topic name");
         }
+        if self.client_id.len() > 255 {
+            return bad("client_id", "at most 255 bytes");
+        }
         if self.max_wait > Duration::from_secs(60) {
             return bad("max_wait", "at most 60s");
         }

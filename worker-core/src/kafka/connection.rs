@@ -91,6 +91,11 @@ impl Connection {
         Ok(v)
     }
 
+    /// The version range the broker offers for `api_key`, `None` if it does not offer it.
+    pub(crate) fn offered(&self, api_key: i16) -> Option<(i16, i16)> {
+        self.versions.get(&api_key).copied()
+    }
+
     /// Fails unless the broker has the v2 share RPCs (Kafka 4.2+).
     pub(crate) fn require_share_v2(&self) -> Result<()> {
         for key in [super::codec::SHARE_FETCH, super::codec::SHARE_ACKNOWLEDGE] {
@@ -214,4 +219,116 @@ pub(crate) fn decode_api_versions(body: Bytes) -> Result<HashMap<i16, (i16, i16)
     let _throttle = r.i32()?;
     r.skip_tags()?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// Errors inside the fake broker's task, which must be `Send` to cross `tokio::spawn`.
+    type BrokerError = Box<dyn std::error::Error + Send + Sync>;
+
+    /// A one-connection fake broker: answers ApiVersions (share v2 present or not), then replies to
+    /// the next request with `frame` (raw bytes after the size prefix) announced as `size`.
+    async fn fake_broker(share_v2: bool, reply: Option<(i32, Vec<u8>)>) -> std::io::Result<String> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?.to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await?;
+            let read_request =
+                async |s: &mut tokio::net::TcpStream| -> std::result::Result<i32, BrokerError> {
+                    let size = s.read_i32().await?;
+                    let mut buf = vec![0u8; size as usize];
+                    s.read_exact(&mut buf).await?;
+                    let correlation: [u8; 4] = buf
+                        .get(4..8)
+                        .ok_or("request shorter than its header")?
+                        .try_into()?;
+                    Ok(i32::from_be_bytes(correlation))
+                };
+            let correlation = read_request(&mut s).await?;
+            let max = if share_v2 { 2 } else { 1 };
+            let mut body = BytesMut::new();
+            body.put_i32(correlation);
+            body.put_i16(0);
+            put_compact_len(&mut body, 2);
+            for key in [
+                super::super::codec::SHARE_FETCH,
+                super::super::codec::SHARE_ACKNOWLEDGE,
+            ] {
+                body.put_i16(key);
+                body.put_i16(1);
+                body.put_i16(max);
+                put_empty_tags(&mut body);
+            }
+            body.put_i32(0);
+            put_empty_tags(&mut body);
+            s.write_i32(body.len() as i32).await?;
+            s.write_all(&body).await?;
+            if let Some((size, frame)) = reply {
+                let _ = read_request(&mut s).await?;
+                s.write_i32(size).await?;
+                s.write_all(&frame).await?;
+            }
+            let _ = s.read_u8().await;
+            Ok::<(), BrokerError>(())
+        });
+        Ok(addr)
+    }
+
+    fn options() -> ConnectOptions {
+        ConnectOptions {
+            client_id: "test".into(),
+            max_frame: 1024,
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+
+    use super::super::wire::put_compact_len;
+
+    #[tokio::test]
+    async fn a_broker_without_share_v2_is_refused_with_a_clear_message()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let addr = fake_broker(false, None).await?;
+        let conn = Connection::connect(&addr, &options()).await?;
+        let err = conn.require_share_v2().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unsupported);
+        assert!(
+            err.message()
+                .contains("share groups with RENEW need Kafka 4.2+"),
+            "{err}"
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn frames_over_the_cap_are_errors() -> Result<(), Box<dyn std::error::Error>> {
+        let addr = fake_broker(true, Some((1 << 30, Vec::new()))).await?;
+        let mut conn = Connection::connect(&addr, &options()).await?;
+        conn.require_share_v2()?;
+        let err = conn
+            .call(SHARE_FETCH_KEY, 2, b"", Duration::ZERO)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Protocol);
+        assert!(conn.is_broken());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_wrong_correlation_id_is_an_error() -> Result<(), Box<dyn std::error::Error>> {
+        let addr = fake_broker(true, Some((8, vec![0, 0, 0, 99, 0, 0, 0, 0]))).await?;
+        let mut conn = Connection::connect(&addr, &options()).await?;
+        let err = conn
+            .call(SHARE_FETCH_KEY, 2, b"", Duration::ZERO)
+            .await
+            .unwrap_err();
+        assert!(err.message().contains("correlation"), "{err}");
+        Ok(())
+    }
+
+    const SHARE_FETCH_KEY: i16 = super::super::codec::SHARE_FETCH;
 }

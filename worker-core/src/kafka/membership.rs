@@ -49,7 +49,7 @@ pub(crate) fn fatal_error(
 ) -> Option<(ErrorKind, String)> {
     let detail = message.map(|m| format!(" ({m})")).unwrap_or_default();
     let (kind, text) = match code {
-        69 => (
+        69 | 23 => (
             ErrorKind::Group,
             format!("group {group} is a consumer or classic group, not a share group"),
         ),
@@ -155,7 +155,7 @@ async fn run(
                     epoch = hb.member_epoch;
                     send_topics = false;
                     wait = Duration::from_millis(
-                        u64::try_from(hb.interval_ms.max(100)).unwrap_or(5000),
+                        u64::try_from(hb.interval_ms.clamp(100, 60_000)).unwrap_or(5000),
                     );
                     tx.send_modify(|s| {
                         s.epoch = epoch;

@@ -246,7 +246,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn metadata_decodes_like_the_crate() {
+    fn metadata_decodes_like_the_crate() -> Result<(), Box<dyn std::error::Error>> {
         let mut resp = MetadataResponse::default();
         let mut b = metadata_response::MetadataResponseBroker::default();
         b.node_id = kafka_protocol::messages::BrokerId(1);
@@ -263,8 +263,8 @@ mod tests {
         t.partitions = vec![p];
         resp.topics = vec![t];
         let mut buf = BytesMut::new();
-        resp.encode(&mut buf, 12).unwrap();
-        let m = decode_metadata(buf.freeze()).unwrap();
+        resp.encode(&mut buf, 12)?;
+        let m = decode_metadata(buf.freeze())?;
         assert_eq!(m.brokers[&1], "h:9092");
         assert_eq!(m.topics[0].name.as_deref(), Some("jobs"));
         assert_eq!(
@@ -275,10 +275,11 @@ mod tests {
                 error_code: 0
             }
         );
+        Ok(())
     }
 
     #[test]
-    fn heartbeat_decodes_like_the_crate() {
+    fn heartbeat_decodes_like_the_crate() -> Result<(), Box<dyn std::error::Error>> {
         let mut resp = ShareGroupHeartbeatResponse::default();
         resp.member_epoch = 4;
         resp.heartbeat_interval_ms = 5000;
@@ -289,14 +290,15 @@ mod tests {
         a.topic_partitions = vec![tp];
         resp.assignment = Some(a);
         let mut buf = BytesMut::new();
-        resp.encode(&mut buf, 1).unwrap();
-        let hb = decode_heartbeat(buf.freeze()).unwrap();
+        resp.encode(&mut buf, 1)?;
+        let hb = decode_heartbeat(buf.freeze())?;
         assert_eq!(hb.member_epoch, 4);
         assert_eq!(hb.assignment, Some(vec![(Uuid::from_u128(8), vec![0, 1])]));
+        Ok(())
     }
 
     #[test]
-    fn find_coordinator_decodes_like_the_crate() {
+    fn find_coordinator_decodes_like_the_crate() -> Result<(), Box<dyn std::error::Error>> {
         let mut resp = FindCoordinatorResponse::default();
         let mut c = find_coordinator_response::Coordinator::default();
         c.key = StrBytes::from_static_str("g");
@@ -305,8 +307,9 @@ mod tests {
         c.port = 9093;
         resp.coordinators = vec![c];
         let mut buf = BytesMut::new();
-        resp.encode(&mut buf, 4).unwrap();
-        let c = decode_find_coordinator(buf.freeze()).unwrap();
+        resp.encode(&mut buf, 4)?;
+        let c = decode_find_coordinator(buf.freeze())?;
         assert_eq!((c.node_id, c.addr.as_str()), (2, "b2:9093"));
+        Ok(())
     }
 }

@@ -5,9 +5,39 @@
 //! piggy-backed on fetches or sent with ShareAcknowledge v2, and RENEW. Fetches and
 //! acknowledgements are pipelined: records may be settled in any order while further fetches go
 //! on. See `shared/design/PROTOCOL.md` for the wire facts.
+//!
+//! ```no_run
+//! # async fn run() -> worker_core::Result<()> {
+//! use worker_core::kafka::{Admin, KafkaSource};
+//! use worker_core::source::{AckKind, ShareSource};
+//!
+//! // Job queues want every record, including those produced before the group first fetched.
+//! let admin = Admin::connect("127.0.0.1:9092").await?;
+//! admin.set_group_config("sms-workers", "share.auto.offset.reset", "earliest").await?;
+//!
+//! let source = KafkaSource::builder("127.0.0.1:9092", "sms-workers").topic("sms").build().await?;
+//! for delivery in source.fetch(10).await? {
+//!     // ... handle it, then settle it; the ack rides on the next fetch.
+//!     let receipt = source.acknowledge(&delivery.id, AckKind::Accept);
+//!     tokio::spawn(async move {
+//!         if let Err(e) = receipt.await {
+//!             eprintln!("possible duplicate: {e}");
+//!         }
+//!     });
+//! }
+//! source.close().await?;
+//! # Ok(()) }
+//! ```
 
+mod ack_queue;
 mod acks;
 mod admin;
+#[doc(hidden)]
+pub mod __bench {
+    //! Benchmark entry points; not public API.
+    pub use super::bench_support::{decode_acquired, sample_records};
+}
+mod bench_support;
 mod cluster;
 mod codec;
 mod config;

@@ -278,7 +278,11 @@ pub(crate) mod tests {
 
     use super::*;
 
-    pub(crate) fn batch(first: i64, n: i64, compression: Compression) -> Bytes {
+    pub(crate) fn batch(
+        first: i64,
+        n: i64,
+        compression: Compression,
+    ) -> Result<Bytes, Box<dyn std::error::Error>> {
         batch_with(first, n, compression, |offset| {
             Bytes::from(format!("value-{offset}"))
         })
@@ -289,7 +293,7 @@ pub(crate) mod tests {
         n: i64,
         compression: Compression,
         value: impl Fn(i64) -> Bytes,
-    ) -> Bytes {
+    ) -> Result<Bytes, Box<dyn std::error::Error>> {
         let records: Vec<Record> = (first..first + n)
             .map(|offset| Record {
                 transactional: false,
@@ -320,9 +324,8 @@ pub(crate) mod tests {
                 version: 2,
                 compression,
             },
-        )
-        .unwrap();
-        buf.freeze()
+        )?;
+        Ok(buf.freeze())
     }
 
     fn range(first: i64, last: i64, delivery_count: i16) -> AcquiredRange {
@@ -334,7 +337,8 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn only_acquired_offsets_are_delivered_and_missing_ones_are_gaps() {
+    fn only_acquired_offsets_are_delivered_and_missing_ones_are_gaps()
+    -> Result<(), Box<dyn std::error::Error>> {
         for compression in [
             Compression::None,
             Compression::Gzip,
@@ -343,9 +347,9 @@ pub(crate) mod tests {
             Compression::Zstd,
         ] {
             let mut all = BytesMut::new();
-            all.extend_from_slice(&batch(0, 10, compression));
-            all.extend_from_slice(&batch(12, 5, compression));
-            let out = decode_partition(Some(all.freeze()), &[range(3, 13, 2)], 1 << 20).unwrap();
+            all.extend_from_slice(&batch(0, 10, compression)?);
+            all.extend_from_slice(&batch(12, 5, compression)?);
+            let out = decode_partition(Some(all.freeze()), &[range(3, 13, 2)], 1 << 20)?;
             let offsets: Vec<i64> = out.records.iter().map(|r| r.offset).collect();
             assert_eq!(
                 offsets,
@@ -357,13 +361,14 @@ pub(crate) mod tests {
             assert_eq!(out.records[0].value.as_deref(), Some(&b"value-3"[..]));
             assert_eq!(&*out.records[0].headers[0].key, "h");
         }
+        Ok(())
     }
 
     #[test]
-    fn overflowing_deltas_are_errors_not_panics() {
+    fn overflowing_deltas_are_errors_not_panics() -> Result<(), Box<dyn std::error::Error>> {
         let mut data = batch_with(i64::MAX - 2, 1, Compression::None, |_| {
             Bytes::from_static(b"x")
-        })
+        })?
         .to_vec();
         // The only record, after the 61-byte header: length, attributes, timestamp delta, offset
         // delta (one byte each here). A zig-zag 0x7e is +63: base + 63 overflows.
@@ -372,12 +377,14 @@ pub(crate) mod tests {
         data[17..21].copy_from_slice(&crc.to_be_bytes());
         let acquired = [range(i64::MAX - 2, i64::MAX - 1, 1)];
         let _ = decode_partition(Some(Bytes::from(data)), &acquired, 1 << 16);
+        Ok(())
     }
 
     #[test]
-    fn no_records_means_all_gaps() {
-        let out = decode_partition(None, &[range(5, 7, 1)], 1 << 20).unwrap();
+    fn no_records_means_all_gaps() -> crate::Result<()> {
+        let out = decode_partition(None, &[range(5, 7, 1)], 1 << 20)?;
         assert_eq!(out.gaps, vec![5, 6, 7]);
+        Ok(())
     }
 
     #[test]
@@ -387,26 +394,32 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn batches_that_inflate_past_the_cap_are_errors() {
+    fn batches_that_inflate_past_the_cap_are_errors() -> Result<(), Box<dyn std::error::Error>> {
         for compression in [
             Compression::Gzip,
             Compression::Snappy,
             Compression::Lz4,
             Compression::Zstd,
         ] {
-            let data = batch_with(0, 1, compression, |_| Bytes::from(vec![0u8; 10_000]));
+            let data = batch_with(0, 1, compression, |_| Bytes::from(vec![0u8; 10_000]))?;
             assert!(data.len() < 1_000, "{compression:?}");
             assert!(decode_partition(Some(data.clone()), &[range(0, 0, 1)], 4_096).is_err());
             assert!(decode_partition(Some(data), &[range(0, 0, 1)], 20_000).is_ok());
         }
+        Ok(())
     }
 
     #[test]
-    fn uncompressed_payloads_are_slices_of_the_response() {
-        let data = batch(0, 3, Compression::None);
+    fn uncompressed_payloads_are_slices_of_the_response() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let data = batch(0, 3, Compression::None)?;
         let range_of_data = data.as_ptr() as usize..data.as_ptr() as usize + data.len();
-        let out = decode_partition(Some(data.clone()), &[range(0, 2, 1)], 1 << 20).unwrap();
-        let value = out.records[1].value.as_ref().unwrap();
+        let out = decode_partition(Some(data.clone()), &[range(0, 2, 1)], 1 << 20)?;
+        let value = out.records[1]
+            .value
+            .as_ref()
+            .ok_or("record 1 has no value")?;
         assert!(range_of_data.contains(&(value.as_ptr() as usize)));
+        Ok(())
     }
 }

@@ -10,12 +10,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::ack_queue::PendingAck;
 use super::acks::{RENEW, wire_type};
 use super::cluster::Cluster;
 use super::config::KafkaConfig;
 use super::connection::ConnectOptions;
 use super::membership::{self, MemberSpec, MemberState};
-use super::session::{self, FetchJob, PendingAck, SessionConfig, SessionHandle};
+use super::session::{self, FetchJob, SessionConfig, SessionHandle};
 use crate::source::{AckError, AckKind, AckReceipt, Delivery, DeliveryId, Lease, ShareSource};
 use crate::{Error, ErrorKind, Result};
 
@@ -407,5 +408,22 @@ impl ShareSource for KafkaSource {
 
     async fn close(&self) -> Result<()> {
         self.inner.close().await
+    }
+
+    /// The group's `share.delivery.count.limit` (Kafka 4.3+), else the broker's
+    /// `group.share.delivery.count.limit`, read once through the admin API.
+    async fn delivery_limit(&self) -> Result<Option<u16>> {
+        let config = &self.inner.config;
+        let admin = super::Admin::connect(config.bootstrap.join(",")).await?;
+        let limit = admin.delivery_count_limit(&config.group).await?;
+        u16::try_from(limit).map(Some).map_err(|_| {
+            Error::new(
+                ErrorKind::Protocol,
+                format!(
+                    "the delivery count limit of group {} is {limit}, beyond any valid value",
+                    config.group
+                ),
+            )
+        })
     }
 }

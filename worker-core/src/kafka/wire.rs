@@ -199,14 +199,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn varints_round_trip() {
+    fn varints_round_trip() -> crate::Result<()> {
         for v in [0u32, 1, 127, 128, 300, 16_383, 16_384, u32::MAX] {
             let mut buf = BytesMut::new();
             put_uvarint(&mut buf, v);
             let mut r = Reader::new(buf.freeze());
-            assert_eq!(r.uvarint().unwrap(), v);
-            r.finish().unwrap();
+            assert_eq!(r.uvarint()?, v);
+            r.finish()?;
         }
+        Ok(())
     }
 
     #[test]

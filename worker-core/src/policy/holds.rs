@@ -1,15 +1,13 @@
 //! [`Holds`]: records waiting out a retry backoff, ordered by when they are released.
 
-use std::collections::BTreeSet;
-
 use tokio::time::Instant;
 
-use crate::runtime::SlotKey;
+use crate::runtime::{Deadlines, SlotKey};
 
 /// Records held for a backoff. Bounded by `max_held`; each holds its slot and its lock meanwhile.
 #[derive(Debug)]
 pub(crate) struct Holds {
-    due: BTreeSet<(Instant, SlotKey)>,
+    due: Deadlines,
     max: usize,
 }
 
@@ -17,7 +15,7 @@ impl Holds {
     /// At most `max` records held at once.
     pub(crate) fn new(max: usize) -> Self {
         Self {
-            due: BTreeSet::new(),
+            due: Deadlines::default(),
             max,
         }
     }
@@ -27,33 +25,28 @@ impl Holds {
         if self.due.len() >= self.max {
             return false;
         }
-        self.due.insert((until, key))
+        self.due.schedule(key, until);
+        true
     }
 
     /// Stops holding `key` (held until `until`).
     pub(crate) fn cancel(&mut self, key: SlotKey, until: Instant) {
-        self.due.remove(&(until, key));
+        self.due.cancel(key, until);
     }
 
     /// When the next hold ends.
     pub(crate) fn next_due(&self) -> Option<Instant> {
-        self.due.first().map(|(at, _)| *at)
+        self.due.next_due()
     }
 
     /// Takes every hold that ended by `now`, earliest first.
     pub(crate) fn take_due(&mut self, now: Instant, into: &mut Vec<(Instant, SlotKey)>) {
-        while let Some(&(at, key)) = self.due.first() {
-            if at > now {
-                break;
-            }
-            self.due.pop_first();
-            into.push((at, key));
-        }
+        self.due.take_due(now, into);
     }
 
     /// Takes every hold (shutdown).
     pub(crate) fn take_all(&mut self, into: &mut Vec<(Instant, SlotKey)>) {
-        into.extend(std::mem::take(&mut self.due));
+        self.due.take_all(into);
     }
 
     /// Records held now.

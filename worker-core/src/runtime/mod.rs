@@ -64,9 +64,9 @@
 
 mod builder;
 mod config;
+mod deadlines;
 mod dispatch;
 mod receipt;
-mod renew;
 mod routes;
 mod run_job;
 mod shutdown;
@@ -86,6 +86,7 @@ pub use builder::WorkerBuilder;
 pub use shutdown::ShutdownHandle;
 pub use summary::{AckFailures, DeadLetterCounts, Summary};
 
+pub(crate) use deadlines::Deadlines;
 pub(crate) use slots::SlotKey;
 
 use builder::RouteService;

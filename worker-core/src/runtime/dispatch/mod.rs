@@ -37,8 +37,8 @@ use crate::source::{AckError, AckKind, Delivery, ShareSource};
 use crate::{Error, ErrorKind, Job, Outcome, Result};
 
 use super::config::Config;
+use super::deadlines::Deadlines;
 use super::receipt::SlotReceipt;
-use super::renew::RenewScheduler;
 use super::routes::Routes;
 use super::run_job::{Finished, RunJob, panic_message};
 use super::slots::{InFlight, Phase, SlotKey, Slots};
@@ -73,7 +73,7 @@ where
     config: &'a Config,
     routes: Routes<Svc>,
     slots: Slots,
-    renewals: RenewScheduler,
+    renewals: Deadlines,
     running: FuturesUnordered<Instrumented<RunJob<Svc::Future>>>,
     acking: FuturesUnordered<SlotReceipt>,
     renewing: FuturesUnordered<SlotReceipt>,
@@ -115,7 +115,7 @@ where
             config,
             routes,
             slots: Slots::new(config.concurrency),
-            renewals: RenewScheduler::default(),
+            renewals: Deadlines::default(),
             running: FuturesUnordered::new(),
             acking: FuturesUnordered::new(),
             renewing: FuturesUnordered::new(),

@@ -1,4 +1,8 @@
-//! [`RenewScheduler`]: in-flight records ordered by when their lock must be renewed.
+//! [`Deadlines`]: slots ordered by when something is due for them.
+//!
+//! The dispatcher keeps two: when each in-flight record's lock must be renewed, and (in the retry
+//! policy's holds) when each held record is to be released. Due entries are taken all at once, so
+//! renewals go to the source together and ride in one request per broker.
 
 use std::collections::BTreeSet;
 
@@ -6,30 +10,29 @@ use tokio::time::Instant;
 
 use super::slots::SlotKey;
 
-/// Renewal times of in-flight records. The dispatcher takes every due renewal at once, so they go
-/// to the source together and ride in one request per broker.
+/// Slots with a due time each, earliest first.
 #[derive(Debug, Default)]
-pub(crate) struct RenewScheduler {
+pub(crate) struct Deadlines {
     due: BTreeSet<(Instant, SlotKey)>,
 }
 
-impl RenewScheduler {
-    /// Renew `key` at `at`.
+impl Deadlines {
+    /// `key` is due at `at`.
     pub(crate) fn schedule(&mut self, key: SlotKey, at: Instant) {
         self.due.insert((at, key));
     }
 
-    /// Forgets the renewal of `key` planned for `at`.
+    /// Forgets that `key` was due at `at`.
     pub(crate) fn cancel(&mut self, key: SlotKey, at: Instant) {
         self.due.remove(&(at, key));
     }
 
-    /// When the next renewal is due.
+    /// The earliest due time.
     pub(crate) fn next_due(&self) -> Option<Instant> {
         self.due.first().map(|(at, _)| *at)
     }
 
-    /// Takes every renewal due by `now`, earliest first.
+    /// Takes every entry due by `now`, earliest first.
     pub(crate) fn take_due(&mut self, now: Instant, into: &mut Vec<(Instant, SlotKey)>) {
         while let Some(&(at, key)) = self.due.first() {
             if at > now {
@@ -40,6 +43,12 @@ impl RenewScheduler {
         }
     }
 
+    /// Takes every entry, due or not (shutdown).
+    pub(crate) fn take_all(&mut self, into: &mut Vec<(Instant, SlotKey)>) {
+        into.extend(std::mem::take(&mut self.due));
+    }
+
+    /// How many entries there are.
     pub(crate) fn len(&self) -> usize {
         self.due.len()
     }

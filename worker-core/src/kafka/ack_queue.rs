@@ -1,0 +1,252 @@
+//! The acknowledgement queue of one share session, shared by the source (which queues) and the
+//! session driver (which sends and answers). Every queued acknowledgement gets an answer.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use super::acks;
+use super::codec::{PartitionAcks, TopicAcks};
+use crate::source::{AckError, AckSender};
+
+/// Error codes that end a share session.
+pub(crate) const SESSION_ERRORS: [i16; 3] = [122, 123, 133];
+
+/// One acknowledgement or renewal waiting to be sent.
+#[derive(Debug)]
+pub(crate) struct PendingAck {
+    pub(crate) topic_id: Uuid,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
+    pub(crate) kind: i8,
+    /// The session generation that acquired the record.
+    pub(crate) generation: u32,
+    /// `None` for acknowledgements nobody waits for (GAP).
+    pub(crate) reply: Option<AckSender>,
+}
+
+impl PendingAck {
+    fn answer(self, result: Result<(), AckError>) {
+        if let Some(reply) = self.reply {
+            reply.send(result);
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct AckQueue {
+    pub(crate) acks: Vec<PendingAck>,
+    pub(crate) renews: Vec<PendingAck>,
+    pub(crate) closed: bool,
+}
+
+/// The part of a session the source touches directly.
+#[derive(Debug)]
+pub(crate) struct SessionShared {
+    pub(crate) node: i32,
+    pub(crate) generation: AtomicU32,
+    pub(crate) queue: Mutex<AckQueue>,
+    pub(crate) wake: Notify,
+    /// Set to make the driver drop its connection (tests of session loss).
+    pub(crate) disconnect: AtomicBool,
+}
+
+impl SessionShared {
+    /// The generation of the current share session; leases of older ones cannot be acknowledged.
+    pub(crate) fn generation(&self) -> u32 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Queues an acknowledgement (or a renewal) and wakes the driver.
+    pub(crate) fn enqueue(&self, ack: PendingAck, renew: bool) {
+        let Ok(mut q) = self.queue.lock() else {
+            ack.answer(Err(AckError::Closed));
+            return;
+        };
+        if q.closed {
+            drop(q);
+            ack.answer(Err(AckError::Closed));
+            return;
+        }
+        if ack.generation != self.generation() {
+            drop(q);
+            ack.answer(Err(AckError::SessionLost));
+            return;
+        }
+        if renew {
+            q.renews.push(ack);
+        } else {
+            q.acks.push(ack);
+        }
+        drop(q);
+        self.wake.notify_one();
+    }
+
+    /// Makes the driver drop its connection (and with it the share session) before its next step.
+    pub(crate) fn disconnect(&self) {
+        self.disconnect.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    pub(crate) fn has_pending(&self) -> bool {
+        self.queue
+            .lock()
+            .map(|q| !q.acks.is_empty() || !q.renews.is_empty())
+            .unwrap_or(false)
+    }
+}
+
+/// Maps a partition-level acknowledgement error to what the runtime is told.
+pub(crate) fn ack_error(code: i16, message: Option<&str>) -> AckError {
+    match code {
+        121 => AckError::LockLost,
+        6 | 74 => AckError::LeaderMoved,
+        c if SESSION_ERRORS.contains(&c) => AckError::SessionLost,
+        code => AckError::Broker {
+            code,
+            message: message
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("error code {code}")),
+        },
+    }
+}
+
+/// Answers each acknowledgement from per-partition results; a partition the broker did not answer
+/// for is a failure, never a silent success.
+pub(crate) fn answer_all(
+    taken: Vec<PendingAck>,
+    results: &HashMap<(Uuid, i32), (i16, Option<String>)>,
+) {
+    for ack in taken {
+        let result = match results.get(&(ack.topic_id, ack.partition)) {
+            Some((0, _)) => Ok(()),
+            Some((code, msg)) => Err(ack_error(*code, msg.as_deref())),
+            None => Err(AckError::Broker {
+                code: -1,
+                message: "the broker did not answer for the partition".into(),
+            }),
+        };
+        ack.answer(result);
+    }
+}
+
+pub(crate) fn fail_all(taken: Vec<PendingAck>, err: &AckError) {
+    for ack in taken {
+        ack.answer(Err(err.clone()));
+    }
+}
+
+/// Groups acknowledgements into merged per-partition batches.
+pub(crate) fn ack_topics(taken: &[PendingAck], listed: &mut BTreeMap<(Uuid, i32), Vec<(i64, i8)>>) {
+    for ack in taken {
+        listed
+            .entry((ack.topic_id, ack.partition))
+            .or_default()
+            .push((ack.offset, ack.kind));
+    }
+}
+
+pub(crate) fn to_topics(listed: BTreeMap<(Uuid, i32), Vec<(i64, i8)>>) -> Vec<TopicAcks> {
+    let mut topics: Vec<TopicAcks> = Vec::new();
+    for ((topic_id, partition), offsets) in listed {
+        let part = PartitionAcks {
+            partition,
+            batches: acks::merge(offsets),
+        };
+        match topics.last_mut() {
+            Some(t) if t.topic_id == topic_id => t.partitions.push(part),
+            _ => topics.push(TopicAcks {
+                topic_id,
+                partitions: vec![part],
+            }),
+        }
+    }
+    topics
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::AckReceipt;
+
+    #[test]
+    fn ack_errors_say_what_happened() {
+        assert_eq!(ack_error(121, None), AckError::LockLost);
+        assert_eq!(ack_error(6, None), AckError::LeaderMoved);
+        assert_eq!(ack_error(74, None), AckError::LeaderMoved);
+        for code in SESSION_ERRORS {
+            assert_eq!(ack_error(code, None), AckError::SessionLost);
+        }
+        assert!(matches!(
+            ack_error(42, Some("bad")),
+            AckError::Broker { code: 42, .. }
+        ));
+    }
+
+    #[test]
+    fn acks_are_merged_per_partition_in_topic_order() {
+        let t = Uuid::from_u128(1);
+        let pending = |partition, offset, kind| PendingAck {
+            topic_id: t,
+            partition,
+            offset,
+            kind,
+            generation: 1,
+            reply: None,
+        };
+        let taken = vec![
+            pending(1, 5, 1),
+            pending(0, 2, 1),
+            pending(1, 4, 1),
+            pending(0, 3, 2),
+        ];
+        let mut listed = BTreeMap::new();
+        ack_topics(&taken, &mut listed);
+        let topics = to_topics(listed);
+        assert_eq!(topics.len(), 1);
+        assert_eq!(topics[0].partitions[0].partition, 0);
+        assert_eq!(topics[0].partitions[0].batches[0].types, vec![1, 2]);
+        assert_eq!(topics[0].partitions[1].batches[0].first, 4);
+        assert_eq!(topics[0].partitions[1].batches[0].types, vec![1]);
+    }
+
+    #[tokio::test]
+    async fn unanswered_partitions_fail_instead_of_succeeding() {
+        let (tx, rx) = AckReceipt::channel();
+        let ack = PendingAck {
+            topic_id: Uuid::from_u128(1),
+            partition: 0,
+            offset: 1,
+            kind: 1,
+            generation: 1,
+            reply: Some(tx),
+        };
+        answer_all(vec![ack], &HashMap::new());
+        assert!(matches!(rx.await, Err(AckError::Broker { code: -1, .. })));
+    }
+
+    #[tokio::test]
+    async fn acks_for_an_old_session_fail_at_once() {
+        let shared = SessionShared {
+            node: 1,
+            generation: AtomicU32::new(2),
+            queue: Mutex::new(AckQueue::default()),
+            wake: Notify::new(),
+            disconnect: AtomicBool::new(false),
+        };
+        let (tx, rx) = AckReceipt::channel();
+        let ack = PendingAck {
+            topic_id: Uuid::from_u128(1),
+            partition: 0,
+            offset: 1,
+            kind: 1,
+            generation: 1,
+            reply: Some(tx),
+        };
+        shared.enqueue(ack, false);
+        assert_eq!(rx.await, Err(AckError::SessionLost));
+    }
+}
