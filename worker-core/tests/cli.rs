@@ -87,6 +87,7 @@ client-id = "cli-test"
 [worker]
 group = "{group}"
 concurrency = 8
+lock-duration = "20s"
 
 [retry]
 backoff-initial = "100ms"
