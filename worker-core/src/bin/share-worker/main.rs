@@ -7,6 +7,7 @@ mod activity;
 mod check;
 mod handlers;
 mod produce;
+mod progress;
 mod replay;
 mod run;
 mod setup;

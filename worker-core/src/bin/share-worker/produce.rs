@@ -1,7 +1,7 @@
 //! `share-worker produce`: enqueue generated jobs or one job per line of a file.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
@@ -9,6 +9,8 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use rdkafka::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
+
+use crate::progress::Progress;
 
 /// What to produce.
 #[derive(Debug, Args)]
@@ -35,6 +37,7 @@ pub(crate) struct ProduceArgs {
 const WINDOW: usize = 10_000;
 
 pub(crate) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
+    let mut total = args.count;
     let payloads: Box<dyn Iterator<Item = Vec<u8>> + Send> = match (&args.file, args.count) {
         (Some(file), _) => {
             let text = std::fs::read_to_string(file)
@@ -44,6 +47,7 @@ pub(crate) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
                 .filter(|l| !l.is_empty())
                 .map(|l| l.as_bytes().to_vec())
                 .collect();
+            total = Some(lines.len() as u64);
             Box::new(lines.into_iter())
         }
         (None, Some(count)) => {
@@ -67,9 +71,8 @@ pub(crate) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         .create()
         .context("creating the producer")?;
     let started = Instant::now();
-    let mut last_report = Instant::now();
+    let mut progress = Progress::new("records", total);
     let mut pending = FuturesUnordered::new();
-    let mut sent = 0u64;
     let mut done = 0u64;
     for (n, payload) in payloads.enumerate() {
         let key = n.to_string();
@@ -78,20 +81,18 @@ pub(crate) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
             .send_result(record)
             .map_err(|(err, _)| anyhow::anyhow!("queueing a record for {}: {err}", args.topic))?;
         pending.push(queued);
-        sent += 1;
         while pending.len() >= WINDOW {
             settle(pending.next().await, &args.topic)?;
             done += 1;
         }
-        if last_report.elapsed() >= Duration::from_secs(1) {
-            eprintln!("produced {done} of {sent} so far");
-            last_report = Instant::now();
-        }
+        progress.update(done);
     }
     while let Some(result) = pending.next().await {
         settle(Some(result), &args.topic)?;
         done += 1;
+        progress.update(done);
     }
+    progress.finish();
     let secs = started.elapsed().as_secs_f64();
     println!(
         "produced {done} records to {} in {secs:.2}s ({:.0} records/s)",

@@ -20,6 +20,8 @@ use worker_core::dlq::headers;
 use worker_core::kafka::{Admin, KafkaSource};
 use worker_core::source::{AckKind, Delivery, ShareSource};
 
+use crate::progress::Progress;
+
 /// The header counting how often a record was replayed.
 const REPLAY_COUNT: &str = "share.replay.count";
 
@@ -76,6 +78,7 @@ pub(crate) async fn replay(config: &Config, args: &ReplayArgs) -> anyhow::Result
     let (mut replayed, mut skipped, mut failed) = (0u64, 0u64, 0u64);
     let mut last_new = Instant::now();
     let limit = args.limit.unwrap_or(u64::MAX);
+    let mut progress = Progress::new("dead letters replayed", args.limit);
     while replayed < limit && last_new.elapsed() < args.idle {
         let batch = source.fetch(100).await.context("fetching dead letters")?;
         for delivery in batch {
@@ -108,17 +111,20 @@ pub(crate) async fn replay(config: &Config, args: &ReplayArgs) -> anyhow::Result
             match republish(&producer, &delivery, &origin).await {
                 Ok(()) => {
                     replayed += 1;
+                    progress.update(replayed);
                     if let Err(err) = source.acknowledge(&delivery.id, AckKind::Accept).await {
                         tracing::warn!(error = %err, "replayed, but the ACCEPT failed: it may be replayed again");
                     }
                 }
                 Err(err) => {
                     failed += 1;
+                    progress.update(replayed);
                     tracing::error!(error = %format!("{err:#}"), "cannot replay {}", delivery.id);
                 }
             }
         }
     }
+    progress.finish();
     source.close().await.context("leaving the replay group")?;
     let verb = if args.dry_run {
         "would replay"
