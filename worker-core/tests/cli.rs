@@ -396,7 +396,7 @@ async fn check_prints_the_effective_config_or_names_what_is_wrong() {
     assert_ok(&out, "check");
     let stdout = text(&out.stdout);
     assert!(
-        stdout.contains("share groups with RENEW: supported"),
+        stdout.contains("share groups with RENEW (ShareFetch/ShareAcknowledge v2): supported"),
         "{stdout}"
     );
     assert!(stdout.contains(&format!("group = \"{group}\"")), "{stdout}");

@@ -1,16 +1,26 @@
 //! `share-worker check`: the file is valid, the cluster speaks share groups with RENEW, the route
-//! topics exist; then the effective configuration.
+//! topics exist; then the effective configuration. It joins no group.
 
 use anyhow::Context;
 use worker_core::ErrorKind;
 use worker_core::config::Config;
-use worker_core::source::ShareSource;
+use worker_core::kafka::Admin;
 
 use crate::topics;
 
 pub(crate) async fn check(config: &Config) -> anyhow::Result<()> {
     println!("# configuration: valid");
     let bootstrap = &config.kafka.bootstrap;
+    let admin = Admin::connect(bootstrap.as_str())
+        .await
+        .with_context(|| format!("connecting to {bootstrap}"))?;
+    match admin.require_share_groups().await {
+        Ok(()) => println!("# share groups with RENEW (ShareFetch/ShareAcknowledge v2): supported"),
+        Err(err) if err.kind() == ErrorKind::Unsupported => anyhow::bail!(
+            "{bootstrap} does not support share groups with RENEW (ShareFetch/ShareAcknowledge v2: Kafka 4.2+ with share groups enabled): {err}"
+        ),
+        Err(err) => return Err(err).context("checking share-group support"),
+    }
     let existing = topics::existing(bootstrap).await?;
     let missing: Vec<&str> = config
         .topics()
@@ -29,21 +39,18 @@ pub(crate) async fn check(config: &Config) -> anyhow::Result<()> {
             );
         }
     }
-    let source = match config.source_builder().build().await {
-        Ok(source) => source,
-        Err(err) if err.kind() == ErrorKind::Unsupported => {
-            anyhow::bail!(
-                "{bootstrap} does not support share groups with RENEW (ShareFetch/ShareAcknowledge v2, Kafka 4.2+ with share groups enabled): {err}"
-            )
-        }
-        Err(err) => {
-            return Err(err).with_context(|| {
-                format!("joining share group {} at {bootstrap}", config.worker.group)
-            });
-        }
-    };
-    source.close().await.context("leaving the group")?;
-    println!("# share groups with RENEW: supported");
+    match admin.delivery_count_limit(&config.worker.group).await {
+        Ok(limit) => println!(
+            "# delivery-count limit of group {}: {limit} (handlers get at most {} attempts)",
+            config.worker.group,
+            config
+                .retry
+                .max_attempts
+                .map_or(limit.saturating_sub(1), |max| u32::from(max)
+                    .min(limit.saturating_sub(1)))
+        ),
+        Err(err) => println!("# warning: cannot read the delivery-count limit: {err}"),
+    }
     println!("{}", config.to_toml());
     Ok(())
 }
