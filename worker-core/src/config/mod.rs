@@ -78,7 +78,10 @@ impl Config {
             };
             ConfigError::at(&source, &[], format!("cannot read the file: {err}"))
         })?;
-        Self::from_toml(&text, Some(path), std::env::vars())
+        // `vars_os`: a variable that is not UTF-8 is skipped, where `vars` would panic.
+        let env = std::env::vars_os()
+            .filter_map(|(key, value)| Some((key.into_string().ok()?, value.into_string().ok()?)));
+        Self::from_toml(&text, Some(path), env)
     }
 
     /// Parses `text` (from `file`, named in errors), applies overrides from `env` (pairs of
