@@ -51,6 +51,7 @@
 
 extern crate self as worker_core;
 
+pub mod config;
 pub mod dlq;
 mod error;
 pub mod handler;

@@ -1,0 +1,56 @@
+//! `share-worker check`: the file is valid, the cluster speaks share groups with RENEW, the route
+//! topics exist; then the effective configuration. It joins no group.
+
+use anyhow::Context;
+use worker_core::ErrorKind;
+use worker_core::config::Config;
+use worker_core::kafka::Admin;
+
+use crate::topics;
+
+pub(crate) async fn check(config: &Config) -> anyhow::Result<()> {
+    println!("# configuration: valid");
+    let bootstrap = &config.kafka.bootstrap;
+    let admin = Admin::connect(bootstrap.as_str())
+        .await
+        .with_context(|| format!("connecting to {bootstrap}"))?;
+    match admin.require_share_groups().await {
+        Ok(()) => println!("# share groups with RENEW (ShareFetch/ShareAcknowledge v2): supported"),
+        Err(err) if err.kind() == ErrorKind::Unsupported => anyhow::bail!(
+            "{bootstrap} does not support share groups with RENEW (ShareFetch/ShareAcknowledge v2: Kafka 4.2+ with share groups enabled): {err}"
+        ),
+        Err(err) => return Err(err).context("checking share-group support"),
+    }
+    let existing = topics::existing(bootstrap).await?;
+    let missing: Vec<&str> = config
+        .topics()
+        .filter(|t| !existing.contains_key(*t))
+        .collect();
+    anyhow::ensure!(
+        missing.is_empty(),
+        "route topics missing on {bootstrap}: {} (create them with `share-worker setup`)",
+        missing.join(", ")
+    );
+    println!("# route topics: all exist");
+    for dlq in config.dlq_topics() {
+        if !existing.contains_key(&dlq) {
+            println!(
+                "# warning: dead-letter topic {dlq} does not exist (`share-worker setup` creates it)"
+            );
+        }
+    }
+    match admin.delivery_count_limit(&config.worker.group).await {
+        Ok(limit) => println!(
+            "# delivery-count limit of group {}: {limit} (handlers get at most {} attempts)",
+            config.worker.group,
+            config
+                .retry
+                .max_attempts
+                .map_or(limit.saturating_sub(1), |max| u32::from(max)
+                    .min(limit.saturating_sub(1)))
+        ),
+        Err(err) => println!("# warning: cannot read the delivery-count limit: {err}"),
+    }
+    println!("{}", config.to_toml());
+    Ok(())
+}

@@ -1,0 +1,151 @@
+//! `share-worker`: a Kafka share-group worker configured by a TOML file.
+//!
+//! `run` processes records with http, exec or noop handlers; `setup` creates topics and sets the
+//! group's configs; `check` validates a file against the cluster; `produce` enqueues test jobs.
+
+mod activity;
+mod check;
+mod handlers;
+mod produce;
+mod progress;
+mod replay;
+mod run;
+mod setup;
+mod stats;
+mod telemetry;
+mod topics;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use worker_core::config::{Config, LogFormat};
+
+/// A Kafka share-group (KIP-932) worker configured by a TOML file.
+#[derive(Debug, Parser)]
+#[command(name = "share-worker", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Process records until ctrl-c / SIGTERM (or until idle).
+    Run(RunArgs),
+    /// Create missing route and dead-letter topics; set the group's offset reset and lock duration.
+    Setup(SetupArgs),
+    /// Validate the file, connect, check share-group support and the topics; print the config.
+    Check(ConfigArg),
+    /// Enqueue jobs: generated ones or one per line of a file.
+    Produce(produce::ProduceArgs),
+    /// Dead-letter topic tools.
+    #[command(subcommand)]
+    Dlq(DlqCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum DlqCommand {
+    /// Republish dead letters to their original topics.
+    Replay(replay::ReplayArgs),
+}
+
+#[derive(Debug, Args)]
+struct ConfigArg {
+    /// The TOML configuration file.
+    #[arg(long, short)]
+    config: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Shut down gracefully once nothing was handled and nothing ran for this long (e.g. "5s").
+    #[arg(long, value_parser = parse_duration)]
+    exit_when_idle: Option<Duration>,
+    /// Write the run's statistics as JSON to this file on exit.
+    #[arg(long)]
+    stats_json: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct SetupArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Partitions of each topic created.
+    #[arg(long, default_value_t = 3)]
+    partitions: i32,
+    /// Replication factor of each topic created.
+    #[arg(long, default_value_t = 1)]
+    replication_factor: i16,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|err| format!("expected a duration like \"5s\": {err}"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("share-worker: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => {
+                let config = load(&args.config.config)?;
+                run::run(config, args.exit_when_idle, args.stats_json).await
+            }
+            Command::Setup(args) => {
+                let config = load(&args.config.config)?;
+                setup::setup(&config, args.partitions, args.replication_factor).await
+            }
+            Command::Check(args) => {
+                let config = load(&args.config)?;
+                check::check(&config).await
+            }
+            Command::Dlq(DlqCommand::Replay(args)) => {
+                let config = load(args.config())?;
+                replay::replay(&config, &args).await
+            }
+            Command::Produce(args) => {
+                init_logs(LogFormat::Pretty);
+                produce::produce(args).await
+            }
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("share-worker: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Loads and validates the file, then starts logging as it says.
+fn load(path: &std::path::Path) -> anyhow::Result<Config> {
+    let config = Config::load(path)?;
+    init_logs(config.telemetry.log_format);
+    Ok(config)
+}
+
+fn init_logs(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        _ => builder.try_init(),
+    };
+}

@@ -1,0 +1,123 @@
+//! The `[telemetry] listen` HTTP listener: `/healthz` (alive), `/readyz` (joined the group with
+//! partitions assigned, and the dead-letter topics exist) and `/metrics` (Prometheus text).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use worker_core::ShutdownHandle;
+use worker_core::kafka::KafkaSource;
+
+use crate::activity::Activity;
+use crate::topics;
+
+/// What the endpoints report on.
+#[derive(Debug)]
+pub(crate) struct Telemetry {
+    pub(crate) activity: Arc<Activity>,
+    pub(crate) source: KafkaSource,
+    pub(crate) bootstrap: String,
+    pub(crate) dlq_topics: Vec<String>,
+    pub(crate) shutdown: ShutdownHandle,
+}
+
+/// Serves `listener` until the task is aborted.
+pub(crate) async fn serve(listener: TcpListener, telemetry: Arc<Telemetry>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(answer(stream, telemetry.clone()));
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "telemetry listener: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn answer(mut stream: TcpStream, telemetry: Arc<Telemetry>) {
+    let mut head = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+        match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => head.extend_from_slice(&chunk[..n]),
+            _ => return,
+        }
+    }
+    let head = String::from_utf8_lossy(&head);
+    let path = head.split_whitespace().nth(1).unwrap_or("/");
+    let (status, body) = match path {
+        "/healthz" => ("200 OK", "ok\n".to_owned()),
+        "/readyz" => match telemetry.ready().await {
+            Ok(()) => ("200 OK", "ready\n".to_owned()),
+            Err(why) => ("503 Service Unavailable", format!("{why}\n")),
+        },
+        "/metrics" => ("200 OK", telemetry.metrics()),
+        _ => ("404 Not Found", "not found\n".to_owned()),
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+impl Telemetry {
+    async fn ready(&self) -> Result<(), String> {
+        if self.shutdown.is_shutdown() {
+            return Err("shutting down".to_owned());
+        }
+        if self.source.assignment().is_empty() {
+            return Err("no partitions assigned yet".to_owned());
+        }
+        if !self.dlq_topics.is_empty() {
+            let existing = topics::existing(&self.bootstrap)
+                .await
+                .map_err(|err| format!("dead-letter topics unreachable: {err:#}"))?;
+            if let Some(missing) = self.dlq_topics.iter().find(|t| !existing.contains_key(*t)) {
+                return Err(format!("dead-letter topic {missing} does not exist"));
+            }
+        }
+        Ok(())
+    }
+
+    fn metrics(&self) -> String {
+        let a = &self.activity;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP share_worker_handler_calls_total Handler calls finished, by outcome."
+        );
+        let _ = writeln!(out, "# TYPE share_worker_handler_calls_total counter");
+        for (outcome, counter) in [
+            ("accept", &a.accepts),
+            ("retry", &a.retries),
+            ("reject", &a.rejects),
+        ] {
+            let _ = writeln!(
+                out,
+                "share_worker_handler_calls_total{{outcome=\"{outcome}\"}} {}",
+                counter.load(Ordering::Relaxed)
+            );
+        }
+        let _ = writeln!(out, "# HELP share_worker_in_flight Handler calls running.");
+        let _ = writeln!(out, "# TYPE share_worker_in_flight gauge");
+        let _ = writeln!(out, "share_worker_in_flight {}", a.in_flight());
+        let _ = writeln!(
+            out,
+            "# HELP share_worker_assigned_partitions Partitions assigned to this member."
+        );
+        let _ = writeln!(out, "# TYPE share_worker_assigned_partitions gauge");
+        let _ = writeln!(
+            out,
+            "share_worker_assigned_partitions {}",
+            self.source.assignment().len()
+        );
+        out
+    }
+}

@@ -1,0 +1,209 @@
+//! The worker's TOML configuration: one model for the `share-worker` binary and for programs that
+//! want a file instead of builder calls.
+//!
+//! [`Config::load`] reads the file, applies environment overrides (`SHARE_WORKER__WORKER__CONCURRENCY=64`
+//! sets `worker.concurrency`; see [`ENV_PREFIX`]), and validates everything once. Keys are
+//! kebab-case, durations are humantime strings (`"30s"`, `"250ms"`), unknown keys are errors, and
+//! every [`ConfigError`] names the file and line (or the environment variable), the key and what
+//! was expected. The validated config then drives the same builders a program would call:
+//! [`Config::source_builder`] ([`KafkaSource`](crate::kafka::KafkaSource)),
+//! [`Config::configure`] ([`WorkerBuilder`]) and [`Config::dlq_sink`] ([`KafkaDlqSink`]).
+//!
+//! Every key, with its default, is in `worker-core/reference.toml`, which a test parses:
+//!
+//! ```toml
+#![doc = include_str!("../../reference.toml")]
+//! ```
+//!
+//! ```
+//! use worker_core::config::Config;
+//!
+//! let config = Config::from_toml(
+//!     r#"
+//!     [kafka]
+//!     bootstrap = "127.0.0.1:9092"
+//!     [worker]
+//!     group = "sms-senders"
+//!     [[route]]
+//!     topic = "sms"
+//!     handler = "noop"
+//!     "#,
+//!     None,
+//!     [("SHARE_WORKER__WORKER__CONCURRENCY".to_owned(), "8".to_owned())],
+//! )?;
+//! assert_eq!(config.worker.concurrency, 8);
+//! # Ok::<(), worker_core::config::ConfigError>(())
+//! ```
+
+mod duration;
+mod env;
+mod error;
+mod locate;
+mod model;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use figment::Figment;
+use figment::providers::{Format, Toml};
+
+use crate::dlq::{DlqTopic, KafkaDlqSink};
+use crate::kafka::KafkaSourceBuilder;
+use crate::policy::Backoff;
+use crate::source::ShareSource;
+use crate::{Error, ErrorKind, Result, WorkerBuilder};
+
+pub use env::ENV_PREFIX;
+pub use error::ConfigError;
+pub use model::{
+    Config, DEFAULT_ROUTE_TIMEOUT, DlqSection, HandlerKind, KafkaSection, LogFormat, OffsetReset,
+    RetrySection, RouteSection, TelemetrySection, WorkerSection,
+};
+
+use env::EnvOverride;
+use error::Source;
+
+impl Config {
+    /// Reads `path`, applies the `SHARE_WORKER__…` environment overrides and validates.
+    pub fn load(path: &Path) -> std::result::Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|err| {
+            let source = Source {
+                text: "",
+                file: Some(path),
+                env: &[],
+            };
+            ConfigError::at(&source, &[], format!("cannot read the file: {err}"))
+        })?;
+        // `vars_os`: a variable that is not UTF-8 is skipped, where `vars` would panic.
+        let env = std::env::vars_os()
+            .filter_map(|(key, value)| Some((key.into_string().ok()?, value.into_string().ok()?)));
+        Self::from_toml(&text, Some(path), env)
+    }
+
+    /// Parses `text` (from `file`, named in errors), applies overrides from `env` (pairs of
+    /// variable name and value; those without [`ENV_PREFIX`] are ignored) and validates.
+    pub fn from_toml(
+        text: &str,
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> std::result::Result<Self, ConfigError> {
+        let overrides: Vec<EnvOverride> = env
+            .into_iter()
+            .filter_map(|(var, value)| EnvOverride::parse(&var, &value))
+            .collect();
+        let env_paths: Vec<(Vec<String>, String)> = overrides
+            .iter()
+            .map(|o| (o.path.clone(), o.var.clone()))
+            .collect();
+        let source = Source {
+            text,
+            file,
+            env: &env_paths,
+        };
+        if let Err(err) = toml_edit::ImDocument::parse(text) {
+            return Err(ConfigError::syntax(&source, &err));
+        }
+        let mut figment = Figment::new().merge(Toml::string(text));
+        for o in overrides {
+            figment = figment.merge(o);
+        }
+        let config: Config = figment
+            .extract()
+            .map_err(|err| ConfigError::from_figment(&source, err))?;
+        validate::check(&config)
+            .map_err(|(path, message)| ConfigError::at(&source, &path, message))?;
+        Ok(config)
+    }
+
+    /// The effective configuration as TOML (defaults filled in, overrides applied).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self)
+            .unwrap_or_else(|err| format!("# cannot print the configuration: {err}\n"))
+    }
+
+    /// The route topics.
+    pub fn topics(&self) -> impl Iterator<Item = &str> {
+        self.routes.iter().map(|r| r.topic.as_str())
+    }
+
+    /// The dead-letter topics of the routes (empty without `[dlq]`), deduplicated.
+    pub fn dlq_topics(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(template) = self.dlq_template() {
+            for topic in self.topics() {
+                let dlq = template.render(topic, &self.worker.group);
+                if !out.contains(&dlq) {
+                    out.push(dlq);
+                }
+            }
+        }
+        out
+    }
+
+    fn dlq_template(&self) -> Option<DlqTopic> {
+        // Validated at load time; a template that fails here is skipped.
+        self.dlq.as_ref().and_then(|d| DlqTopic::new(&d.topic).ok())
+    }
+
+    /// A [`KafkaSource`](crate::kafka::KafkaSource) builder subscribed to every route topic.
+    pub fn source_builder(&self) -> KafkaSourceBuilder {
+        let mut builder =
+            KafkaSourceBuilder::new(self.kafka.bootstrap.clone(), self.worker.group.clone())
+                .client_id(self.kafka.client_id.clone())
+                .max_wait(self.kafka.max_wait)
+                .request_timeout(self.kafka.request_timeout);
+        for topic in self.topics() {
+            builder = builder.topic(topic);
+        }
+        builder
+    }
+
+    /// The `[retry]` backoff.
+    pub fn backoff(&self) -> Backoff {
+        Backoff::exponential(self.retry.backoff_initial, self.retry.backoff_max)
+            .factor(self.retry.backoff_multiplier)
+            .jitter(self.retry.jitter)
+    }
+
+    /// Applies `[worker]` and `[retry]` (and `dlq.on-reject`) to a worker builder. Routes and the
+    /// dead-letter sink are the caller's: see [`Config::dlq_sink`].
+    pub fn configure<S: ShareSource>(&self, builder: WorkerBuilder<S>) -> WorkerBuilder<S> {
+        let w = &self.worker;
+        let mut builder = builder
+            .concurrency(w.concurrency)
+            .max_poll_records(w.max_poll_records)
+            .renew_at(w.renew_at)
+            .job_timeout(w.job_timeout)
+            .shutdown_grace(w.shutdown_grace)
+            .backoff(self.backoff());
+        if let Some(max) = self.retry.max_attempts {
+            builder = builder.max_attempts(max);
+        }
+        if let Some(dlq) = &self.dlq {
+            builder = builder.dlq_on_reject(dlq.on_reject);
+        }
+        builder
+    }
+
+    /// The `[dlq]` sink, or `None` without a `[dlq]` table.
+    pub fn dlq_sink(&self) -> Result<Option<Arc<KafkaDlqSink>>> {
+        let Some(template) = self.dlq_template() else {
+            if self.dlq.is_some() {
+                return Err(Error::new(
+                    ErrorKind::Config,
+                    "`dlq.topic`: invalid template",
+                ));
+            }
+            return Ok(None);
+        };
+        let sink = KafkaDlqSink::builder(self.kafka.bootstrap.clone(), self.worker.group.clone())
+            .topic(template)
+            .worker(self.kafka.client_id.clone())
+            .build()?;
+        Ok(Some(Arc::new(sink)))
+    }
+}

@@ -1,0 +1,270 @@
+//! The serde model of the TOML file: one struct per table, kebab-case keys, unknown keys refused.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::duration;
+
+/// The whole file. See `worker-core/reference.toml` for every key with its default.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[non_exhaustive]
+pub struct Config {
+    /// `[kafka]`: where the brokers are.
+    pub kafka: KafkaSection,
+    /// `[worker]`: the share group and the runtime's settings.
+    pub worker: WorkerSection,
+    /// `[retry]`: attempts and backoff.
+    #[serde(default)]
+    pub retry: RetrySection,
+    /// `[dlq]`: the dead-letter topic; without this table no sink is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dlq: Option<DlqSection>,
+    /// `[telemetry]`: logs and the HTTP listener.
+    #[serde(default)]
+    pub telemetry: TelemetrySection,
+    /// `[[route]]`: one per topic, at least one.
+    #[serde(rename = "route")]
+    pub routes: Vec<RouteSection>,
+}
+
+/// `[kafka]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[non_exhaustive]
+pub struct KafkaSection {
+    /// Comma-separated `host:port` list. Required.
+    pub bootstrap: String,
+    /// The client id sent to the brokers (default `share-worker`).
+    #[serde(default = "default_client_id")]
+    pub client_id: String,
+    /// How long one fetch may wait for records (default 500ms, at most 60s).
+    #[serde(default = "default_max_wait", with = "duration")]
+    pub max_wait: Duration,
+    /// How long a broker may take to answer (default 30s).
+    #[serde(default = "default_request_timeout", with = "duration")]
+    pub request_timeout: Duration,
+}
+
+/// `[worker]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[non_exhaustive]
+pub struct WorkerSection {
+    /// The share group. Required.
+    pub group: String,
+    /// Handlers running at most (default 64).
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// The most records one fetch asks for (default 500).
+    #[serde(default = "default_max_poll_records")]
+    pub max_poll_records: u32,
+    /// When a lock is renewed, as a fraction of the lock duration (default 0.5, in (0, 1)).
+    #[serde(default = "default_renew_at")]
+    pub renew_at: f64,
+    /// How long one handler may run (default 5m).
+    #[serde(default = "default_job_timeout", with = "duration")]
+    pub job_timeout: Duration,
+    /// How long shutdown waits for running handlers (default 30s).
+    #[serde(default = "default_shutdown_grace", with = "duration")]
+    pub shutdown_grace: Duration,
+    /// The group's record lock duration, set by `share-worker setup` (default: the broker's).
+    #[serde(
+        default,
+        with = "duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub lock_duration: Option<Duration>,
+    /// Where a new group starts reading, set by `share-worker setup` (default `earliest`).
+    #[serde(default)]
+    pub auto_offset_reset: OffsetReset,
+}
+
+/// `share.auto.offset.reset` of the group.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum OffsetReset {
+    /// From the first record still in the log.
+    #[default]
+    Earliest,
+    /// Only records produced after the group started.
+    Latest,
+}
+
+impl OffsetReset {
+    /// The broker's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OffsetReset::Earliest => "earliest",
+            OffsetReset::Latest => "latest",
+        }
+    }
+}
+
+/// `[retry]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[non_exhaustive]
+pub struct RetrySection {
+    /// Handler attempts per record at most (default: the group's delivery-count limit − 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u16>,
+    /// The delay after the first failed attempt (default 1s).
+    #[serde(default = "default_backoff_initial", with = "duration")]
+    pub backoff_initial: Duration,
+    /// The largest delay (default 5m).
+    #[serde(default = "default_backoff_max", with = "duration")]
+    pub backoff_max: Duration,
+    /// The factor between two delays (default 2.0, at least 1).
+    #[serde(default = "default_backoff_multiplier")]
+    pub backoff_multiplier: f32,
+    /// Whether a random extra of up to the delay is added (default true).
+    #[serde(default = "yes")]
+    pub jitter: bool,
+}
+
+impl Default for RetrySection {
+    fn default() -> Self {
+        Self {
+            max_attempts: None,
+            backoff_initial: default_backoff_initial(),
+            backoff_max: default_backoff_max(),
+            backoff_multiplier: default_backoff_multiplier(),
+            jitter: true,
+        }
+    }
+}
+
+/// `[dlq]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[non_exhaustive]
+pub struct DlqSection {
+    /// The dead-letter topic template: `{topic}` and `{group}` are replaced (default `{topic}.dlq`).
+    #[serde(default = "default_dlq_topic")]
+    pub topic: String,
+    /// Whether an explicit reject is dead-lettered before its REJECT (default true).
+    #[serde(default = "yes")]
+    pub on_reject: bool,
+}
+
+/// `[telemetry]`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[non_exhaustive]
+pub struct TelemetrySection {
+    /// Address of the HTTP listener for health and metrics (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+    /// `pretty` (default) or `json` logs on stderr.
+    #[serde(default)]
+    pub log_format: LogFormat,
+}
+
+/// How logs are written.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Pretty,
+    /// One JSON object per line.
+    Json,
+}
+
+/// What a route runs for each record.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum HandlerKind {
+    /// Send the payload to `url`.
+    Http,
+    /// Run `command` with the payload on stdin.
+    Exec,
+    /// Accept after an optional `delay`.
+    Noop,
+}
+
+/// One `[[route]]`: a topic and its handler. Which keys apply depends on `handler`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[non_exhaustive]
+pub struct RouteSection {
+    /// The topic whose records this route handles. Required.
+    pub topic: String,
+    /// `http`, `exec` or `noop`. Required.
+    pub handler: HandlerKind,
+    /// Handlers of this route running at most (default: the worker's concurrency).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<usize>,
+    /// How long one call may take (http, exec; default 30s).
+    #[serde(
+        default,
+        with = "duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub timeout: Option<Duration>,
+    /// http: where to send the payload. Required for http.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// http: the method (default `POST`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// exec: the program and its arguments. Required for exec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// exec: exit codes that reject the record instead of retrying it (default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reject_exit_codes: Option<Vec<i32>>,
+    /// noop: how long to wait before accepting (default 0).
+    #[serde(
+        default,
+        with = "duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub delay: Option<Duration>,
+}
+
+/// The default route timeout for http and exec.
+pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn default_client_id() -> String {
+    "share-worker".to_owned()
+}
+fn default_max_wait() -> Duration {
+    Duration::from_millis(500)
+}
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_concurrency() -> usize {
+    64
+}
+fn default_max_poll_records() -> u32 {
+    500
+}
+fn default_renew_at() -> f64 {
+    0.5
+}
+fn default_job_timeout() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_shutdown_grace() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_backoff_initial() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_backoff_max() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_backoff_multiplier() -> f32 {
+    2.0
+}
+fn default_dlq_topic() -> String {
+    "{topic}.dlq".to_owned()
+}
+fn yes() -> bool {
+    true
+}

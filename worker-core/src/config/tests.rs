@@ -1,0 +1,310 @@
+use std::path::Path;
+use std::time::Duration;
+
+use super::*;
+
+const REFERENCE: &str = include_str!("../../reference.toml");
+const SMS: &str = include_str!("../../../examples/sms.toml");
+
+/// The file from the issue, verbatim.
+const ISSUE: &str = r#"
+[kafka]
+bootstrap = "127.0.0.1:9092"
+client-id = "sms-worker"
+[worker]
+group = "sms-senders"
+concurrency = 256
+max-poll-records = 500
+renew-at = 0.5
+job-timeout = "5m"
+shutdown-grace = "30s"
+[retry]
+max-attempts = 4
+backoff-initial = "1s"
+backoff-max = "5m"
+backoff-multiplier = 2.0
+jitter = true
+[dlq]
+topic = "{topic}.dlq"
+on-reject = true
+[telemetry]
+listen = "127.0.0.1:9464"
+log-format = "pretty"
+[[route]]
+topic = "sms"
+handler = "http"
+url = "http://127.0.0.1:8080/send"
+timeout = "10s"
+concurrency = 64
+[[route]]
+topic = "emails"
+handler = "exec"
+command = ["/usr/local/bin/send-email", "--stdin"]
+reject-exit-codes = [2]
+timeout = "30s"
+"#;
+
+const MINIMAL: &str = r#"
+[kafka]
+bootstrap = "127.0.0.1:9092"
+
+[worker]
+group = "g"
+
+[[route]]
+topic = "t"
+handler = "noop"
+"#;
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::from_toml(text, Some(Path::new("worker.toml")), [])
+}
+
+#[test]
+fn the_reference_file_parses_and_documents_every_key() {
+    let config = parse(REFERENCE).unwrap();
+    assert_eq!(config.routes.len(), 3);
+    assert_eq!(config.worker.lock_duration, Some(Duration::from_secs(30)));
+    // Every key the model prints is in the reference file.
+    let printed = config.to_toml();
+    for line in printed.lines() {
+        if let Some((key, _)) = line.split_once(" = ") {
+            assert!(
+                REFERENCE.contains(&format!("\n{key} = ")),
+                "reference.toml does not document `{key}`"
+            );
+        }
+    }
+    // The printed configuration parses back to the same thing.
+    assert_eq!(parse(&printed).unwrap(), config);
+}
+
+#[test]
+fn the_issue_file_and_the_example_parse() {
+    let config = parse(ISSUE).unwrap();
+    assert_eq!(config.kafka.client_id, "sms-worker");
+    assert_eq!(config.worker.concurrency, 256);
+    assert_eq!(config.worker.job_timeout, Duration::from_secs(300));
+    assert_eq!(config.retry.max_attempts, Some(4));
+    assert_eq!(config.backoff().max(), Duration::from_secs(300));
+    assert_eq!(config.routes[0].handler, HandlerKind::Http);
+    assert_eq!(
+        config.routes[1].reject_exit_codes.as_deref(),
+        Some(&[2][..])
+    );
+    assert_eq!(config.dlq_topics(), ["sms.dlq", "emails.dlq"]);
+    let example = parse(SMS).unwrap();
+    assert_eq!(example.routes[0].timeout, Some(Duration::from_secs(10)));
+}
+
+#[test]
+fn defaults_fill_a_minimal_file() {
+    let config = parse(MINIMAL).unwrap();
+    assert_eq!(config.kafka.client_id, "share-worker");
+    assert_eq!(config.worker.concurrency, 64);
+    assert_eq!(config.worker.max_poll_records, 500);
+    assert_eq!(config.worker.auto_offset_reset, OffsetReset::Earliest);
+    assert!(config.dlq.is_none());
+    assert!(config.dlq_topics().is_empty());
+    let source = config.source_builder();
+    assert_eq!(source.config().topics, ["t"]);
+    assert_eq!(source.config().group, "g");
+}
+
+#[test]
+fn environment_variables_override_keys() {
+    let env = [
+        ("SHARE_WORKER__WORKER__CONCURRENCY", "7"),
+        ("SHARE_WORKER__WORKER__MAX_POLL_RECORDS", "9"),
+        ("SHARE_WORKER__KAFKA__BOOTSTRAP", "10.0.0.1:9092"),
+        ("SHARE_WORKER__RETRY__JITTER", "false"),
+        ("UNRELATED", "1"),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()));
+    let config = Config::from_toml(MINIMAL, None, env).unwrap();
+    assert_eq!(config.worker.concurrency, 7);
+    assert_eq!(config.worker.max_poll_records, 9);
+    assert_eq!(config.kafka.bootstrap, "10.0.0.1:9092");
+    assert!(!config.retry.jitter);
+}
+
+#[test]
+fn a_bad_override_names_the_variable() {
+    for (var, value) in [
+        ("SHARE_WORKER__WORKER__CONCURRENCY", "0"),
+        ("SHARE_WORKER__WORKER__CONCURRENCY", "many"),
+        ("SHARE_WORKER__WORKER__NOPE", "1"),
+    ] {
+        let err =
+            Config::from_toml(MINIMAL, None, [(var.to_owned(), value.to_owned())]).unwrap_err();
+        assert!(err.to_string().contains(var), "{var}={value}: {err}");
+    }
+}
+
+/// Inserts `line` after the line `after` of the minimal file (or replaces it with `replace`).
+fn broken(edit: impl Fn(&str) -> String) -> ConfigError {
+    let text = edit(MINIMAL);
+    match parse(&text) {
+        Ok(_) => panic!("expected an error for:\n{text}"),
+        Err(err) => err,
+    }
+}
+
+#[track_caller]
+fn assert_error(err: &ConfigError, key: &str, line: usize, says: &str) {
+    let text = err.to_string();
+    assert_eq!(err.key(), key, "{text}");
+    assert_eq!(err.line(), Some(line), "{text}");
+    assert!(
+        text.starts_with(&format!("worker.toml:{line}: `{key}`")),
+        "{text}"
+    );
+    assert!(text.contains(says), "expected {says:?} in: {text}");
+}
+
+#[test]
+fn broken_files_name_the_key_and_the_line() {
+    // Line numbers refer to MINIMAL after the edit; MINIMAL starts with an empty line.
+    let cases: Vec<(String, &str, usize, &str)> = vec![
+        // An unknown key.
+        (
+            MINIMAL.replace("group = \"g\"", "group = \"g\"\nconcurency = 4"),
+            "worker.concurency",
+            7,
+            "unknown key; expected one of: group, concurrency",
+        ),
+        // A wrong type.
+        (
+            MINIMAL.replace("group = \"g\"", "group = \"g\"\nconcurrency = \"lots\""),
+            "worker.concurrency",
+            7,
+            "expected usize",
+        ),
+        // A missing required key.
+        (
+            MINIMAL.replace("bootstrap = \"127.0.0.1:9092\"", ""),
+            "kafka.bootstrap",
+            2,
+            "missing required key `bootstrap`",
+        ),
+        // A bad duration.
+        (
+            MINIMAL.replace(
+                "group = \"g\"",
+                "group = \"g\"\njob-timeout = \"5 parsecs\"",
+            ),
+            "worker.job-timeout",
+            7,
+            "expected a duration string",
+        ),
+        (
+            MINIMAL.replace("group = \"g\"", "group = \"g\"\njob-timeout = 30"),
+            "worker.job-timeout",
+            7,
+            "expected a duration string",
+        ),
+        // A bad enum value.
+        (
+            MINIMAL.replace("handler = \"noop\"", "handler = \"ftp\""),
+            "route[0].handler",
+            10,
+            "unknown value \"ftp\"; expected one of: http, exec, noop",
+        ),
+        // Out of range.
+        (
+            MINIMAL.replace("group = \"g\"", "group = \"g\"\nconcurrency = 0"),
+            "worker.concurrency",
+            7,
+            "expected at least 1",
+        ),
+        (
+            MINIMAL.replace("group = \"g\"", "group = \"g\"\nrenew-at = 1.5"),
+            "worker.renew-at",
+            7,
+            "between 0 and 1",
+        ),
+        // An http route without url, an exec route without command.
+        (
+            MINIMAL.replace("handler = \"noop\"", "handler = \"http\""),
+            "route[0].url",
+            8,
+            "missing required key `url`",
+        ),
+        (
+            MINIMAL.replace("handler = \"noop\"", "handler = \"exec\""),
+            "route[0].command",
+            8,
+            "missing required key `command`",
+        ),
+        // A key of another handler kind.
+        (
+            MINIMAL.replace(
+                "handler = \"noop\"",
+                "handler = \"noop\"\nurl = \"http://x\"",
+            ),
+            "route[0].url",
+            11,
+            "applies to handler = \"http\" only",
+        ),
+        // A bad dead-letter template.
+        (
+            format!("{MINIMAL}[dlq]\ntopic = \"{{partition}}.dlq\"\n"),
+            "dlq.topic",
+            12,
+            "unknown placeholder",
+        ),
+    ];
+    assert!(cases.len() >= 8);
+    for (text, key, line, says) in cases {
+        let err = match parse(&text) {
+            Ok(_) => panic!("expected an error for:\n{text}"),
+            Err(err) => err,
+        };
+        assert_error(&err, key, line, says);
+    }
+    // Whole sections missing: no line to point at, but the key is named.
+    let err = broken(|m| m.replace("[[route]]\ntopic = \"t\"\nhandler = \"noop\"\n", ""));
+    assert!(err.to_string().contains("route"), "{err}");
+    let err = broken(|m| m.replace("[worker]\ngroup = \"g\"\n", ""));
+    assert_eq!(err.key(), "worker", "{err}");
+}
+
+#[test]
+fn syntax_errors_and_unreadable_files_are_errors_not_panics() {
+    let err = parse("[kafka]\nbootstrap = \"x\"\n[worker\ngroup = 1").unwrap_err();
+    assert_eq!(err.line(), Some(3), "{err}");
+    assert!(
+        err.to_string().starts_with("worker.toml:3: invalid TOML"),
+        "{err}"
+    );
+    let err = Config::load(Path::new("/nonexistent/worker.toml")).unwrap_err();
+    assert!(err.to_string().contains("cannot read"), "{err}");
+}
+
+#[test]
+fn what_the_file_accepts_the_builder_accepts() {
+    use std::convert::Infallible;
+
+    use crate::testing::MemoryBroker;
+    use crate::{Job, Worker};
+
+    let edges = MINIMAL.replace(
+        "group = \"g\"",
+        "group = \"g\"\nconcurrency = 1\nmax-poll-records = 1\nrenew-at = 0.999\njob-timeout = \"1ms\"\n\
+         [retry]\nmax-attempts = 1\nbackoff-initial = \"1ms\"\nbackoff-max = \"1ms\"\nbackoff-multiplier = 1.0",
+    );
+    for text in [REFERENCE, ISSUE, MINIMAL, edges.as_str()] {
+        let config = parse(text).unwrap();
+        let broker = MemoryBroker::new();
+        let mut builder = config.configure(Worker::builder(broker.member("m")));
+        for topic in config.topics() {
+            builder = builder.route(
+                topic.to_owned(),
+                tower::service_fn(|_: Job| async { Ok::<_, Infallible>(crate::Outcome::Accept) }),
+            );
+        }
+        if let Err(err) = builder.build() {
+            panic!("the builder refused a valid file: {err}\n{text}");
+        }
+    }
+}

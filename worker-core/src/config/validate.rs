@@ -1,0 +1,218 @@
+//! Range and consistency checks that serde cannot express; each names the key it is about.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use super::model::{Config, HandlerKind, RouteSection};
+use crate::dlq::DlqTopic;
+
+/// A failed check: the key path (TOML segments) and what was expected.
+pub(crate) type Invalid = (Vec<String>, String);
+
+fn bad(path: &[&str], message: impl Into<String>) -> Invalid {
+    (
+        path.iter().map(|s| (*s).to_owned()).collect(),
+        message.into(),
+    )
+}
+
+/// Checks the whole file; the first problem found is returned.
+pub(crate) fn check(config: &Config) -> Result<(), Invalid> {
+    let kafka = &config.kafka;
+    if kafka.bootstrap.split(',').all(|s| s.trim().is_empty()) {
+        return Err(bad(
+            &["kafka", "bootstrap"],
+            "expected at least one host:port",
+        ));
+    }
+    if kafka.max_wait > Duration::from_secs(60) {
+        return Err(bad(&["kafka", "max-wait"], "expected at most 60s"));
+    }
+    if kafka.request_timeout.is_zero() {
+        return Err(bad(
+            &["kafka", "request-timeout"],
+            "expected a duration above 0",
+        ));
+    }
+    let worker = &config.worker;
+    if worker.group.trim().is_empty() {
+        return Err(bad(
+            &["worker", "group"],
+            "expected a non-empty share group id",
+        ));
+    }
+    if worker.concurrency == 0 || u32::try_from(worker.concurrency).is_err() {
+        return Err(bad(
+            &["worker", "concurrency"],
+            format!(
+                "expected at least 1 (and below 2^32), found {}",
+                worker.concurrency
+            ),
+        ));
+    }
+    if worker.max_poll_records == 0 {
+        return Err(bad(
+            &["worker", "max-poll-records"],
+            "expected at least 1, found 0",
+        ));
+    }
+    if !(worker.renew_at > 0.0 && worker.renew_at < 1.0) {
+        return Err(bad(
+            &["worker", "renew-at"],
+            format!(
+                "expected a fraction of the lock duration between 0 and 1 (exclusive), found {}",
+                worker.renew_at
+            ),
+        ));
+    }
+    if worker.job_timeout.is_zero() {
+        return Err(bad(
+            &["worker", "job-timeout"],
+            "expected a duration above 0",
+        ));
+    }
+    if worker
+        .lock_duration
+        .is_some_and(|d| d < Duration::from_millis(1))
+    {
+        return Err(bad(&["worker", "lock-duration"], "expected at least 1ms"));
+    }
+    let retry = &config.retry;
+    if retry.max_attempts == Some(0) {
+        return Err(bad(
+            &["retry", "max-attempts"],
+            "expected at least 1, found 0",
+        ));
+    }
+    if retry.backoff_initial.is_zero() {
+        return Err(bad(
+            &["retry", "backoff-initial"],
+            "expected a duration above 0",
+        ));
+    }
+    if retry.backoff_max < retry.backoff_initial {
+        return Err(bad(
+            &["retry", "backoff-max"],
+            "expected at least `backoff-initial`",
+        ));
+    }
+    if !(retry.backoff_multiplier >= 1.0 && retry.backoff_multiplier.is_finite()) {
+        return Err(bad(
+            &["retry", "backoff-multiplier"],
+            format!("expected at least 1.0, found {}", retry.backoff_multiplier),
+        ));
+    }
+    if let Some(dlq) = &config.dlq
+        && let Err(err) = DlqTopic::new(&dlq.topic)
+    {
+        return Err(bad(&["dlq", "topic"], err.message()));
+    }
+    if config.routes.is_empty() {
+        return Err(bad(&["route"], "expected at least one [[route]]"));
+    }
+    let mut topics = HashSet::new();
+    for (index, route) in config.routes.iter().enumerate() {
+        check_route(route).map_err(|(key, message)| {
+            let mut path = vec!["route".to_owned(), index.to_string()];
+            path.extend(key);
+            (path, message)
+        })?;
+        if !topics.insert(route.topic.as_str()) {
+            return Err((
+                vec!["route".to_owned(), index.to_string(), "topic".to_owned()],
+                format!("topic {:?} has two routes; expected one", route.topic),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks one route; the path is relative to the route.
+fn check_route(route: &RouteSection) -> Result<(), Invalid> {
+    if route.topic.trim().is_empty() {
+        return Err(bad(&["topic"], "expected a non-empty topic name"));
+    }
+    if route.concurrency == Some(0) {
+        return Err(bad(&["concurrency"], "expected at least 1, found 0"));
+    }
+    if route.timeout.is_some_and(|t| t.is_zero()) {
+        return Err(bad(&["timeout"], "expected a duration above 0"));
+    }
+    let kind = route.handler;
+    let only = |key: &str, present: bool, allowed: HandlerKind| {
+        if present && kind != allowed {
+            Err(bad(
+                &[key],
+                format!(
+                    "applies to handler = {:?} only, this route's handler is {:?}",
+                    name(allowed),
+                    name(kind)
+                ),
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    only("url", route.url.is_some(), HandlerKind::Http)?;
+    only("method", route.method.is_some(), HandlerKind::Http)?;
+    only("command", route.command.is_some(), HandlerKind::Exec)?;
+    only(
+        "reject-exit-codes",
+        route.reject_exit_codes.is_some(),
+        HandlerKind::Exec,
+    )?;
+    only("delay", route.delay.is_some(), HandlerKind::Noop)?;
+    match kind {
+        HandlerKind::Http => {
+            let Some(url) = &route.url else {
+                return Err(bad(
+                    &["url"],
+                    "missing required key `url` for handler = \"http\"",
+                ));
+            };
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(bad(
+                    &["url"],
+                    format!("expected an http:// URL, found {url:?}"),
+                ));
+            }
+            if let Some(method) = &route.method
+                && (method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()))
+            {
+                return Err(bad(
+                    &["method"],
+                    format!("expected an HTTP method like \"POST\", found {method:?}"),
+                ));
+            }
+        }
+        HandlerKind::Exec => match &route.command {
+            None => {
+                return Err(bad(
+                    &["command"],
+                    "missing required key `command` for handler = \"exec\"",
+                ));
+            }
+            Some(command) if command.first().is_none_or(|p| p.is_empty()) => {
+                return Err(bad(
+                    &["command"],
+                    "expected a non-empty argv list like [\"/bin/send\", \"--stdin\"]",
+                ));
+            }
+            Some(_) => {}
+        },
+        HandlerKind::Noop => {
+            if route.timeout.is_some() {
+                return Err(bad(&["timeout"], "applies to http and exec routes only"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn name(kind: HandlerKind) -> &'static str {
+    match kind {
+        HandlerKind::Http => "http",
+        HandlerKind::Exec => "exec",
+        HandlerKind::Noop => "noop",
+    }
+}

@@ -1,0 +1,487 @@
+//! The built `share-worker` binary against the real broker (`KAFKA_BOOTSTRAP`, default
+//! 127.0.0.1:9092; `scripts/kafka.sh start` runs one). Each test uses its own topics and group.
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_share-worker");
+/// No command of a test may take longer.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+fn bootstrap() -> String {
+    std::env::var("KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A scratch directory removed at the end of the test.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Self {
+        let dir = std::env::temp_dir().join(unique("share-worker-cli"));
+        std::fs::create_dir_all(&dir).expect("creating a scratch dir");
+        Self(dir)
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).expect("writing a scratch file");
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the binary with `args` (and `env`) to completion within the deadline.
+async fn share_worker(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    match tokio::time::timeout(DEADLINE, command.output()).await {
+        Ok(Ok(output)) => output,
+        Ok(Err(err)) => panic!("cannot run {BIN}: {err}"),
+        Err(_) => panic!("share-worker {args:?} did not finish within {DEADLINE:?}"),
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[track_caller]
+fn assert_ok(output: &Output, what: &str) {
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+}
+
+/// A config with one route on `topic` (the route's keys after `handler`), a DLQ and fast retries.
+fn config(group: &str, topic: &str, route: &str) -> String {
+    format!(
+        r#"
+[kafka]
+bootstrap = "{bootstrap}"
+client-id = "cli-test"
+
+[worker]
+group = "{group}"
+concurrency = 8
+lock-duration = "20s"
+
+[retry]
+backoff-initial = "100ms"
+backoff-max = "1s"
+
+[dlq]
+topic = "{{topic}}.dlq"
+
+[[route]]
+topic = "{topic}"
+{route}
+"#,
+        bootstrap = bootstrap()
+    )
+}
+
+/// setup, produce `lines` through `--file`, run until idle; the stats JSON.
+async fn setup_produce_run(
+    scratch: &Scratch,
+    config_path: &Path,
+    topic: &str,
+    lines: &[&str],
+) -> Value {
+    let cfg = config_path.to_str().expect("utf-8 path");
+    let out = share_worker(&["setup", "--config", cfg, "--partitions", "2"], &[]).await;
+    assert_ok(&out, "setup");
+    let jobs = scratch.write("jobs.txt", &lines.join("\n"));
+    let out = share_worker(
+        &[
+            "produce",
+            "--bootstrap",
+            &bootstrap(),
+            "--topic",
+            topic,
+            "--file",
+            jobs.to_str().expect("utf-8 path"),
+        ],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "produce");
+    assert!(
+        text(&out.stdout).contains(&format!("produced {} records", lines.len())),
+        "{}",
+        text(&out.stdout)
+    );
+    run_until_idle(scratch, cfg).await
+}
+
+async fn run_until_idle(scratch: &Scratch, cfg: &str) -> Value {
+    let stats = scratch.0.join("stats.json");
+    let out = share_worker(
+        &[
+            "run",
+            "--config",
+            cfg,
+            "--exit-when-idle",
+            "3s",
+            "--stats-json",
+            stats.to_str().expect("utf-8 path"),
+        ],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "run");
+    assert!(
+        text(&out.stderr).contains("share-worker: processed"),
+        "no summary line: {}",
+        text(&out.stderr)
+    );
+    let json = std::fs::read_to_string(&stats).expect("the stats file");
+    serde_json::from_str(&json).expect("stats JSON")
+}
+
+fn count(stats: &Value, key: &str) -> u64 {
+    stats[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {key} in {stats}"))
+}
+
+#[tokio::test]
+async fn noop_processes_everything_produced_then_exits_when_idle() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-noop");
+    let group = unique("cli-noop-group");
+    let cfg = scratch.write(
+        "worker.toml",
+        &config(&group, &topic, "handler = \"noop\"\ndelay = \"1ms\""),
+    );
+    let out = share_worker(&["setup", "--config", cfg.to_str().unwrap()], &[]).await;
+    assert_ok(&out, "setup");
+    let out = share_worker(
+        &[
+            "produce",
+            "--bootstrap",
+            &bootstrap(),
+            "--topic",
+            &topic,
+            "--count",
+            "300",
+            "--size",
+            "64",
+        ],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "produce");
+    assert!(
+        text(&out.stdout).contains("records/s"),
+        "{}",
+        text(&out.stdout)
+    );
+    let stats = run_until_idle(&scratch, cfg.to_str().unwrap()).await;
+    assert_eq!(count(&stats, "accepted"), 300, "{stats}");
+    assert_eq!(count(&stats, "processed"), 300, "{stats}");
+    for key in ["released", "rejected", "dlq", "renewed", "ack_failures"] {
+        assert_eq!(count(&stats, key), 0, "{key}: {stats}");
+    }
+    assert!(
+        stats["duration_s"].as_f64().is_some_and(|d| d > 0.0),
+        "{stats}"
+    );
+}
+
+#[tokio::test]
+async fn exec_accepts_rejects_and_sees_the_record() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-exec");
+    let group = unique("cli-exec-group");
+    // Rejects payloads starting with "bad" (exit 3); checks its environment (exit 9 would retry).
+    let script = r#"payload=$(cat); [ "$SHARE_WORKER_TOPIC" = "$EXPECTED_TOPIC" ] || exit 9; [ -n "$SHARE_WORKER_OFFSET" ] || exit 9; case "$payload" in bad*) exit 3;; esac; exit 0"#;
+    let route = format!(
+        "handler = \"exec\"\ncommand = [\"sh\", \"-c\", '''EXPECTED_TOPIC={topic}; {script}''']\nreject-exit-codes = [3]\ntimeout = \"10s\""
+    );
+    let cfg = scratch.write("worker.toml", &config(&group, &topic, &route));
+    let lines = ["ok-1", "bad-1", "ok-2", "ok-3", "bad-2", "ok-4"];
+    let stats = setup_produce_run(&scratch, &cfg, &topic, &lines).await;
+    assert_eq!(count(&stats, "accepted"), 4, "{stats}");
+    assert_eq!(count(&stats, "rejected"), 2, "{stats}");
+    assert_eq!(
+        count(&stats, "dlq"),
+        2,
+        "the rejects went to {topic}.dlq: {stats}"
+    );
+    assert_eq!(count(&stats, "released"), 0, "{stats}");
+
+    // The dead letters go back to their topic: a dry run first, then for real.
+    let cfg = cfg.to_str().unwrap();
+    let dlq = format!("{topic}.dlq");
+    let replay = [
+        "dlq", "replay", "--config", cfg, "--topic", &dlq, "--idle", "3s",
+    ];
+    let out = share_worker(
+        &[&replay[..], &["--reason", "rejected", "--dry-run"]].concat(),
+        &[],
+    )
+    .await;
+    assert_ok(&out, "dlq replay --dry-run");
+    assert!(
+        text(&out.stdout).contains("would replay 2, skipped 0"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = share_worker(&[&replay[..], &["--reason", "rejected"]].concat(), &[]).await;
+    assert_ok(&out, "dlq replay");
+    assert!(
+        text(&out.stdout).contains("replayed 2, skipped 0, failed 0"),
+        "{}",
+        text(&out.stdout)
+    );
+    let again = run_until_idle(&scratch, cfg).await;
+    assert_eq!(
+        count(&again, "rejected"),
+        2,
+        "the replayed records came back: {again}"
+    );
+    assert_eq!(count(&again, "accepted"), 0, "{again}");
+}
+
+/// What the test HTTP server saw.
+#[derive(Default, Debug)]
+struct Seen {
+    requests: Vec<(String, String)>,
+}
+
+/// Answers 200 to "ok…", 400 to "bad…", and 429 (Retry-After: 1) to the first "slow…" then 200.
+async fn serve(listener: TcpListener, seen: Arc<Mutex<Seen>>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            return;
+        };
+        tokio::spawn(connection(stream, seen.clone()));
+    }
+}
+
+async fn connection(mut stream: TcpStream, seen: Arc<Mutex<Seen>>) {
+    let mut buffer = Vec::new();
+    loop {
+        let head_end = loop {
+            if let Some(i) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let head = text(&buffer[..head_end]).to_ascii_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        while buffer.len() < head_end + length {
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let body = text(&buffer[head_end..head_end + length]);
+        buffer.drain(..head_end + length);
+        let key = head
+            .lines()
+            .find_map(|l| l.strip_prefix("idempotency-key:"))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_default();
+        let status = {
+            let mut seen = seen.lock().expect("the seen lock");
+            let first_slow =
+                body.starts_with("slow") && !seen.requests.iter().any(|(b, _)| *b == body);
+            let topic_ok =
+                head.contains("x-share-topic:") && head.contains("x-share-delivery-count:");
+            seen.requests.push((body.clone(), key));
+            match () {
+                _ if !topic_ok => "500 Internal Server Error",
+                _ if body.starts_with("bad") => "400 Bad Request",
+                _ if first_slow => "429 Too Many Requests\r\nRetry-After: 1",
+                _ => "200 OK",
+            }
+        };
+        let response = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+        if stream.write_all(response.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn http_accepts_2xx_retries_429_and_rejects_400() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-http");
+    let group = unique("cli-http-group");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding");
+    let addr = listener.local_addr().expect("an address");
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let server = tokio::spawn(serve(listener, seen.clone()));
+    let route = format!("handler = \"http\"\nurl = \"http://{addr}/send\"\ntimeout = \"5s\"");
+    let cfg = scratch.write("worker.toml", &config(&group, &topic, &route));
+    let lines = ["ok-1", "slow-1", "bad-1", "ok-2"];
+    let stats = setup_produce_run(&scratch, &cfg, &topic, &lines).await;
+    server.abort();
+    assert_eq!(count(&stats, "accepted"), 3, "{stats}");
+    assert_eq!(count(&stats, "rejected"), 1, "{stats}");
+    assert_eq!(count(&stats, "dlq"), 1, "{stats}");
+    assert_eq!(count(&stats, "released"), 1, "the 429 was retried: {stats}");
+    let seen = seen.lock().expect("the seen lock");
+    let slow: Vec<_> = seen
+        .requests
+        .iter()
+        .filter(|(b, _)| b == "slow-1")
+        .collect();
+    assert_eq!(slow.len(), 2, "{seen:?}");
+    assert_eq!(
+        slow[0].1, slow[1].1,
+        "the same idempotency key on the retry"
+    );
+    assert!(slow[0].1.starts_with(&format!("{topic}-")), "{seen:?}");
+}
+
+#[tokio::test]
+async fn check_prints_the_effective_config_or_names_what_is_wrong() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-check");
+    let group = unique("cli-check-group");
+    let good = scratch.write("good.toml", &config(&group, &topic, "handler = \"noop\""));
+    let good = good.to_str().unwrap();
+    // Before setup the route topic is missing.
+    let out = share_worker(&["check", "--config", good], &[]).await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("share-worker setup"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_ok(
+        &share_worker(&["setup", "--config", good], &[]).await,
+        "setup",
+    );
+    let out = share_worker(
+        &["check", "--config", good],
+        &[("SHARE_WORKER__WORKER__CONCURRENCY", "5")],
+    )
+    .await;
+    assert_ok(&out, "check");
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("share groups with RENEW (ShareFetch/ShareAcknowledge v2): supported"),
+        "{stdout}"
+    );
+    assert!(stdout.contains(&format!("group = \"{group}\"")), "{stdout}");
+    assert!(
+        stdout.contains("concurrency = 5"),
+        "the override applies: {stdout}"
+    );
+    // A broken file names the file, the line and the key.
+    let broken = config(&group, &topic, "handler = \"ftp\"");
+    let line = broken.lines().position(|l| l.contains("ftp")).unwrap() + 1;
+    let bad = scratch.write("bad.toml", &broken);
+    let out = share_worker(&["check", "--config", bad.to_str().unwrap()], &[]).await;
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "bad.toml:{line}: `route[0].handler`: unknown value \"ftp\""
+        )),
+        "{stderr}"
+    );
+}
+
+/// GETs `url`: the status and body, or `None` if nothing answers.
+async fn get(url: &str) -> Option<(u16, String)> {
+    let response = reqwest::get(url).await.ok()?;
+    let status = response.status().as_u16();
+    Some((status, response.text().await.ok()?))
+}
+
+/// Polls `url` until it answers 200, within the deadline.
+async fn wait_ok(url: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = get(url).await;
+        if let Some((200, body)) = &answer {
+            return body.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{url} never answered 200; last: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics_answer_during_a_run() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-telemetry");
+    let group = unique("cli-telemetry-group");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let text_cfg = config(&group, &topic, "handler = \"noop\"").replace(
+        "[dlq]",
+        &format!("[telemetry]\nlisten = \"127.0.0.1:{port}\"\n\n[dlq]"),
+    );
+    let cfg = scratch.write("worker.toml", &text_cfg);
+    let cfg = cfg.to_str().unwrap();
+    assert_ok(
+        &share_worker(&["setup", "--config", cfg], &[]).await,
+        "setup",
+    );
+    let stats = scratch.0.join("stats.json");
+    let mut run = Command::new(BIN);
+    run.args(["run", "--config", cfg, "--exit-when-idle", "10s"])
+        .args(["--stats-json", stats.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    let mut child = run.spawn().expect("starting share-worker run");
+    let base = format!("http://127.0.0.1:{port}");
+    assert_eq!(wait_ok(&format!("{base}/healthz")).await, "ok\n");
+    assert_eq!(wait_ok(&format!("{base}/readyz")).await, "ready\n");
+    let metrics = wait_ok(&format!("{base}/metrics")).await;
+    assert!(
+        metrics.contains("share_worker_handler_calls_total{outcome=\"accept\"} 0"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("share_worker_in_flight 0"), "{metrics}");
+    let status = tokio::time::timeout(DEADLINE, child.wait())
+        .await
+        .expect("the run exits when idle")
+        .expect("waiting for share-worker");
+    assert!(status.success(), "{status}");
+}
