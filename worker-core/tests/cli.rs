@@ -485,3 +485,118 @@ async fn health_readiness_and_metrics_answer_during_a_run() {
         .expect("waiting for share-worker");
     assert!(status.success(), "{status}");
 }
+
+/// The lines of `path`, 0 while it does not exist.
+fn lines_in(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |text| text.lines().count())
+}
+
+/// A record whose worker is killed (SIGKILL) in the middle of its handler on every delivery reaches
+/// the group's delivery-count limit. It must end in the dead-letter topic with reason
+/// `delivery_limit`, its handler not run again, and never in the broker's silent archive.
+#[tokio::test]
+async fn a_record_whose_worker_keeps_dying_ends_in_the_dlq() {
+    use rdkafka::Message;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Headers;
+
+    let scratch = Scratch::new();
+    let topic = unique("cli-kill");
+    let group = unique("cli-kill-group");
+    let started = scratch.0.join("started");
+    let route = format!(
+        "handler = \"exec\"\ncommand = [\"sh\", \"-c\", '''echo started >> {}; exec sleep 100''']\ntimeout = \"5m\"",
+        started.display()
+    );
+    let cfg_path = scratch.write("worker.toml", &config(&group, &topic, &route));
+    let cfg = cfg_path.to_str().expect("utf-8 path");
+    assert_ok(
+        &share_worker(&["setup", "--config", cfg, "--partitions", "1"], &[]).await,
+        "setup",
+    );
+    let jobs = scratch.write("jobs.txt", "stuck");
+    let out = share_worker(
+        &[
+            "produce",
+            "--bootstrap",
+            &bootstrap(),
+            "--topic",
+            &topic,
+            "--file",
+            jobs.to_str().expect("utf-8 path"),
+        ],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "produce");
+
+    let admin = worker_core::kafka::Admin::connect(bootstrap())
+        .await
+        .expect("the broker");
+    let limit = admin
+        .delivery_count_limit(&group)
+        .await
+        .expect("the delivery limit") as usize;
+    for delivery in 1..limit {
+        let mut worker = Command::new(BIN)
+            .args(["run", "--config", cfg])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("starting share-worker");
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        while lines_in(&started) < delivery {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "delivery {delivery} never reached the handler"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        worker.kill().await.expect("SIGKILL share-worker");
+    }
+
+    // The last delivery the broker allows goes straight to the dead-letter topic.
+    let stats = run_until_idle(&scratch, cfg).await;
+    assert_eq!(count(&stats, "dlq"), 1, "{stats}");
+    assert_eq!(count(&stats, "accepted"), 0, "{stats}");
+    assert_eq!(
+        lines_in(&started),
+        limit - 1,
+        "the handler never ran on the last delivery"
+    );
+
+    let reader: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", unique("cli-kill-reader"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("a DLQ reader");
+    reader
+        .subscribe(&[&format!("{topic}.dlq")])
+        .expect("subscribing to the DLQ");
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let letter = loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no dead letter in {topic}.dlq"
+        );
+        if let Some(message) = reader.poll(Duration::from_millis(200)) {
+            break message.expect("a dead letter").detach();
+        }
+    };
+    let header = |key: &str| {
+        letter
+            .headers()
+            .and_then(|h| h.iter().find(|h| h.key == key).and_then(|h| h.value))
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    assert_eq!(letter.payload(), Some(&b"stuck"[..]));
+    assert_eq!(
+        header("share.dlq.reason").as_deref(),
+        Some("delivery_limit")
+    );
+    assert_eq!(header("share.dlq.delivery.count"), Some(limit.to_string()));
+    assert_eq!(header("share.dlq.topic"), Some(topic.clone()));
+}
