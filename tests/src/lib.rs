@@ -158,3 +158,22 @@ pub async fn read_records(
     })
     .await?
 }
+
+/// Runs `worker` until the share group's lag on `topic` is 0 (at most `limit`), then shuts it down
+/// gracefully and returns what it did.
+pub async fn run_until_drained<S: worker_core::source::ShareSource>(
+    worker: worker_core::Worker<S>,
+    admin: &worker_core::kafka::Admin,
+    group: &str,
+    topic: &str,
+    limit: Duration,
+) -> anyhow::Result<worker_core::Summary> {
+    let shutdown = worker.shutdown_handle();
+    let running = tokio::spawn(worker.run());
+    wait_for("the lag to reach 0", limit, async || {
+        Ok(admin.share_group_lag(group, topic).await? == 0)
+    })
+    .await?;
+    shutdown.shutdown();
+    Ok(running.await.context("the worker task")??)
+}

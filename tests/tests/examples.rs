@@ -11,11 +11,11 @@ use examples::sms::{FakeGateway, Sms, is_valid_number, send_sms};
 use examples::webhook::{Event, FakeEndpoints, service};
 use rdkafka::Message;
 use rdkafka::message::Headers;
-use tests::{produce, producer, read_records, unique, wait_for};
+use tests::{produce, producer, read_records, run_until_drained, unique};
+use worker_core::Worker;
 use worker_core::dlq::KafkaDlqSink;
 use worker_core::handler::JobDefinition;
 use worker_core::kafka::{Admin, KafkaSource};
-use worker_core::{Summary, Worker};
 
 const JOBS: usize = 1_000;
 
@@ -33,23 +33,6 @@ async fn prepared(name: &str, payloads: &[String]) -> anyhow::Result<(Admin, Str
         .await?;
     produce(&producer(&[("linger.ms", "5")])?, &topic, Some(0), payloads).await?;
     Ok((admin, topic, group))
-}
-
-/// Runs `worker` until the group's lag on `topic` is 0, then shuts it down.
-async fn run_to_completion(
-    worker: Worker<KafkaSource>,
-    admin: &Admin,
-    group: &str,
-    topic: &str,
-) -> anyhow::Result<Summary> {
-    let shutdown = worker.shutdown_handle();
-    let running = tokio::spawn(worker.run());
-    wait_for("the lag to reach 0", Duration::from_secs(120), async || {
-        Ok(admin.share_group_lag(group, topic).await? == 0)
-    })
-    .await?;
-    shutdown.shutdown();
-    Ok(running.await??)
 }
 
 /// (source offset, reason) of every dead letter in `{topic}.dlq`.
@@ -102,7 +85,8 @@ async fn the_sms_worker_sends_every_valid_message_and_dead_letters_the_rest() ->
     .backoff(demo_backoff())
     .dlq(Arc::new(dlq))
     .build()?;
-    let summary = run_to_completion(worker, &admin, &group, &topic).await?;
+    let summary =
+        run_until_drained(worker, &admin, &group, &topic, Duration::from_secs(120)).await?;
 
     let valid: HashSet<String> = payloads
         .iter()
@@ -168,7 +152,8 @@ async fn the_webhook_notifier_delivers_every_event_and_times_out_hung_endpoints(
     .backoff(demo_backoff())
     .dlq(Arc::new(dlq))
     .build()?;
-    let summary = run_to_completion(worker, &admin, &group, &topic).await?;
+    let summary =
+        run_until_drained(worker, &admin, &group, &topic, Duration::from_secs(120)).await?;
 
     let deliveries = endpoints.deliveries();
     for event in events.iter().filter(|e| e.url.starts_with("https://")) {

@@ -19,7 +19,7 @@ use policy_support::{
     Attempts, Ledger, Setup, WORKER, header_map, json_route, json_values, read_dlq, source_offset,
 };
 use rdkafka::Message;
-use tests::{produce, producer, wait_for};
+use tests::{produce, producer, run_until_drained, wait_for};
 use tokio::time::Instant;
 use tower::service_fn;
 use worker_core::dlq::headers;
@@ -61,14 +61,14 @@ async fn poison_records_land_in_the_dlq_exactly_once_with_their_provenance() -> 
         ))
         .dlq(setup.sink(Duration::from_secs(10))?)
         .build()?;
-    let shutdown = worker.shutdown_handle();
-    let running = tokio::spawn(worker.run());
-    wait_for("the lag to reach 0", Duration::from_secs(120), async || {
-        Ok(setup.lag().await? == 0)
-    })
+    let summary = run_until_drained(
+        worker,
+        &setup.admin,
+        &setup.group,
+        &setup.topic,
+        Duration::from_secs(120),
+    )
     .await?;
-    shutdown.shutdown();
-    let summary = running.await??;
 
     let letters = read_dlq(format!("{}.dlq", setup.topic), 10, Duration::from_secs(2)).await?;
     let offsets: Vec<i64> = letters
@@ -148,14 +148,14 @@ async fn transient_failures_succeed_on_attempt_two_after_the_backoff() -> anyhow
         .backoff(backoff)
         .dlq(setup.sink(Duration::from_secs(10))?)
         .build()?;
-    let shutdown = worker.shutdown_handle();
-    let running = tokio::spawn(worker.run());
-    wait_for("the lag to reach 0", Duration::from_secs(120), async || {
-        Ok(setup.lag().await? == 0)
-    })
+    let summary = run_until_drained(
+        worker,
+        &setup.admin,
+        &setup.group,
+        &setup.topic,
+        Duration::from_secs(120),
+    )
     .await?;
-    shutdown.shutdown();
-    let summary = running.await??;
 
     let (low, high) = backoff.window(1);
     // A released record comes back with the next fetch: allow for the fetches' round trips.
@@ -218,14 +218,14 @@ async fn panics_are_retried_and_the_worker_lives_on() -> anyhow::Result<()> {
         ))
         .dlq(setup.sink(Duration::from_secs(10))?)
         .build()?;
-    let shutdown = worker.shutdown_handle();
-    let running = tokio::spawn(worker.run());
-    wait_for("the lag to reach 0", Duration::from_secs(120), async || {
-        Ok(setup.lag().await? == 0)
-    })
+    let summary = run_until_drained(
+        worker,
+        &setup.admin,
+        &setup.group,
+        &setup.topic,
+        Duration::from_secs(120),
+    )
     .await?;
-    shutdown.shutdown();
-    let summary = running.await??;
     assert_eq!(summary.panicked, 20, "{summary:?}");
     assert_eq!(summary.accepted, RECORDS as u64, "{summary:?}");
     assert_eq!(summary.dead_letters.total(), 0, "{summary:?}");
