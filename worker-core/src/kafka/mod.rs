@@ -52,6 +52,6 @@ mod wire;
 #[cfg(test)]
 mod fuzz;
 
-pub use admin::Admin;
+pub use admin::{Admin, PartitionOffsets, ShareGroupDescription, ShareGroupMember};
 pub use config::{KafkaConfig, KafkaSourceBuilder};
 pub use source::KafkaSource;

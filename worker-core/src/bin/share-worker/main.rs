@@ -1,7 +1,8 @@
 //! `share-worker`: a Kafka share-group worker configured by a TOML file.
 //!
 //! `run` processes records with http, exec or noop handlers; `setup` creates topics and sets the
-//! group's configs; `check` validates a file against the cluster; `produce` enqueues test jobs.
+//! group's configs; `check` validates a file against the cluster; `status` describes the group and
+//! its lag; `produce` enqueues test jobs.
 
 mod activity;
 mod check;
@@ -12,6 +13,7 @@ mod replay;
 mod run;
 mod setup;
 mod stats;
+mod status;
 mod telemetry;
 mod topics;
 
@@ -38,6 +40,8 @@ enum Command {
     Setup(SetupArgs),
     /// Validate the file, connect, check share-group support and the topics; print the config.
     Check(ConfigArg),
+    /// The group's state, members and assignments, and start offset and lag per route partition.
+    Status(status::StatusArgs),
     /// Enqueue jobs: generated ones or one per line of a file.
     Produce(produce::ProduceArgs),
     /// Dead-letter topic tools.
@@ -111,6 +115,10 @@ fn main() -> ExitCode {
             Command::Check(args) => {
                 let config = load(&args.config)?;
                 check::check(&config).await
+            }
+            Command::Status(args) => {
+                let config = load(&args.config.config)?;
+                status::status(&config, &args).await
             }
             Command::Dlq(DlqCommand::Replay(args)) => {
                 let config = load(args.config())?;
