@@ -14,13 +14,16 @@ use proc_macro::TokenStream;
 
 /// Turns an `async fn` handler into a job definition with a name and a default topic.
 ///
-/// ```ignore
+/// ```text
 /// #[worker_core::handler(topic = "sms", name = "send_sms")]
 /// async fn send_sms(meta: Meta, Json(sms): Json<Sms>) -> Result<(), JobError> { ... }
 ///
-/// worker.route(send_sms); // the generated unit struct
-/// send_sms::handle(meta, Json(sms)).await; // the function as written
+/// Worker::builder(source).job(send_sms, ()); // the generated unit struct, routed on "sms"
+/// send_sms::handle(meta, Json(sms)).await;   // the function as written
 /// ```
+///
+/// (A compiled example lives in `worker_core::handler`: proc-macro crates cannot run doc tests
+/// that use the crate they generate code for.)
 ///
 /// Arguments of the attribute:
 ///
