@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::support::{handler, seq, wait_until};
+use super::support::{handler, run_until, seq, wait_until};
 use crate::Outcome;
 use crate::dlq::DlqReason;
 use crate::policy::Backoff;
@@ -124,15 +124,11 @@ async fn a_failed_write_is_retried_before_the_reject() {
     let dlq = MemoryDlq::new();
     dlq.fail_next(2);
     let worker = worker(&broker, &dlq);
-    let shutdown = worker.shutdown_handle();
-    let run = tokio::spawn(worker.run());
     let b = broker.clone();
-    wait_until(Duration::from_secs(10), "archived", move || {
+    let summary = run_until(worker, Duration::from_secs(10), "archived", move || {
         b.counts().archived == 1
     })
     .await;
-    shutdown.shutdown();
-    let summary = run.await.unwrap().unwrap();
     assert_eq!((dlq.attempts(), dlq.len()), (3, 1));
     assert_eq!((summary.dlq_failures, summary.dlq_written), (2, 1));
 }
@@ -148,15 +144,14 @@ async fn shutdown_with_a_failing_dlq_releases_its_records() {
     let dlq = MemoryDlq::new();
     dlq.fail_writes(true);
     let worker = worker(&broker, &dlq);
-    let shutdown = worker.shutdown_handle();
-    let run = tokio::spawn(worker.run());
     let d = dlq.clone();
-    wait_until(Duration::from_secs(5), "the sink tried", move || {
-        d.attempts() >= 3
-    })
+    let summary = run_until(
+        worker,
+        Duration::from_secs(5),
+        "the sink tried",
+        move || d.attempts() >= 3,
+    )
     .await;
-    shutdown.shutdown();
-    let summary = run.await.unwrap().unwrap();
     assert_eq!(summary.dlq_released_on_shutdown, 3);
     let stats = broker.stats();
     assert_eq!((stats.accepts, stats.rejects, stats.releases), (0, 0, 3));

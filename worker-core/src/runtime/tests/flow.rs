@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::support::{handler, seq, wait_until};
+use super::support::{handler, run_until, seq, wait_until};
 use crate::runtime::Worker;
 use crate::testing::{MemoryBroker, RecordState};
 use crate::{ErrorKind, Outcome};
@@ -67,16 +67,12 @@ async fn outcomes_become_acknowledgements() {
         )
         .build()
         .unwrap();
-    let shutdown = worker.shutdown_handle();
-    let run = tokio::spawn(worker.run());
     let b = broker.clone();
-    wait_until(Duration::from_secs(5), "all settled", move || {
+    let summary = run_until(worker, Duration::from_secs(5), "all settled", move || {
         let c = b.counts();
         c.acknowledged == 2 && c.archived == 1
     })
     .await;
-    shutdown.shutdown();
-    let summary = run.await.unwrap().unwrap();
     assert_eq!(
         broker.record_state("t", 0, 0),
         Some(RecordState::Acknowledged)
@@ -102,15 +98,14 @@ async fn records_without_a_route_are_released() {
         .route("t", handler(|_| async { Outcome::Accept }))
         .build()
         .unwrap();
-    let shutdown = worker.shutdown_handle();
-    let run = tokio::spawn(worker.run());
     let b = broker.clone();
-    wait_until(Duration::from_secs(5), "unrouted archived", move || {
-        b.record_state("unknown", 0, 0) == Some(RecordState::Archived)
-    })
+    let summary = run_until(
+        worker,
+        Duration::from_secs(5),
+        "unrouted archived",
+        move || b.record_state("unknown", 0, 0) == Some(RecordState::Archived),
+    )
     .await;
-    shutdown.shutdown();
-    let summary = run.await.unwrap().unwrap();
     assert_eq!(summary.unrouted, 1);
     assert_eq!(summary.dead_letters.delivery_limit, 1);
     assert_eq!(summary.rejected_without_dlq, 1);
@@ -137,15 +132,11 @@ async fn a_panicking_handler_is_retried_and_the_worker_lives_on() {
         )
         .build()
         .unwrap();
-    let shutdown = worker.shutdown_handle();
-    let run = tokio::spawn(worker.run());
     let b = broker.clone();
-    wait_until(Duration::from_secs(5), "all accepted", move || {
+    let summary = run_until(worker, Duration::from_secs(5), "all accepted", move || {
         b.counts().acknowledged == 4
     })
     .await;
-    shutdown.shutdown();
-    let summary = run.await.unwrap().unwrap();
     assert_eq!(summary.panicked, 2);
     assert_eq!((summary.retried, summary.accepted), (2, 4));
     assert_eq!(broker.delivery_count("t", 0, 0), Some(2));
@@ -168,15 +159,11 @@ async fn a_service_that_panics_when_called_is_retried() {
         .route("t", service)
         .build()
         .unwrap();
-    let shutdown = worker.shutdown_handle();
-    let run = tokio::spawn(worker.run());
     let b = broker.clone();
-    wait_until(Duration::from_secs(5), "accepted", move || {
+    let summary = run_until(worker, Duration::from_secs(5), "accepted", move || {
         b.counts().acknowledged == 1
     })
     .await;
-    shutdown.shutdown();
-    let summary = run.await.unwrap().unwrap();
     assert_eq!((summary.panicked, summary.accepted), (1, 1));
 }
 
@@ -207,15 +194,11 @@ async fn a_job_past_its_timeout_is_cancelled_and_retried() {
         .job_timeout(Duration::from_secs(2))
         .build()
         .unwrap();
-    let shutdown = worker.shutdown_handle();
-    let run = tokio::spawn(worker.run());
     let b = broker.clone();
-    wait_until(Duration::from_secs(5), "accepted", move || {
+    let summary = run_until(worker, Duration::from_secs(5), "accepted", move || {
         b.counts().acknowledged == 1
     })
     .await;
-    shutdown.shutdown();
-    let summary = run.await.unwrap().unwrap();
     assert_eq!(summary.timed_out, 1);
     assert_eq!(cancelled.load(Ordering::SeqCst), 1);
     assert_eq!(broker.delivery_count("t", 0, 0), Some(2));
@@ -362,15 +345,11 @@ async fn failed_acknowledgements_are_counted() {
         )
         .build()
         .unwrap();
-    let shutdown = worker.shutdown_handle();
-    let run = tokio::spawn(worker.run());
     let b = broker.clone();
-    wait_until(Duration::from_secs(5), "accepted", move || {
+    let summary = run_until(worker, Duration::from_secs(5), "accepted", move || {
         b.counts().acknowledged == 1
     })
     .await;
-    shutdown.shutdown();
-    let summary = run.await.unwrap().unwrap();
     assert_eq!(summary.ack_failures.session_lost, 1);
     assert_eq!(summary.ack_failures.total(), 1);
     assert_eq!(summary.possible_duplicates, 1);

@@ -11,7 +11,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
-use super::support::{Checked, handler, seq, wait_until};
+use super::support::{Checked, handler, run_until, seq, wait_until};
 use crate::Outcome;
 use crate::runtime::Worker;
 use crate::source::{AckKind, ShareSource};
@@ -76,15 +76,14 @@ async fn ten_thousand_records_are_each_accepted_exactly_once() {
         .concurrency(CONCURRENCY)
         .build()
         .unwrap();
-    let shutdown = worker.shutdown_handle();
-    let run = tokio::spawn(worker.run());
     let b = broker.clone();
-    wait_until(Duration::from_secs(600), "all accepted", move || {
-        b.counts().acknowledged == RECORDS
-    })
+    let summary = run_until(
+        worker,
+        Duration::from_secs(600),
+        "all accepted",
+        move || b.counts().acknowledged == RECORDS,
+    )
     .await;
-    shutdown.shutdown();
-    let summary = run.await.unwrap().unwrap();
 
     for (n, count) in ledger.iter().enumerate() {
         assert_eq!(count.load(Ordering::SeqCst), 1, "record {n}");

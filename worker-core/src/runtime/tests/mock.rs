@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::support::{handler, seq, wait_until};
+use super::support::{handler, run_until, seq, wait_until};
 use crate::runtime::Worker;
 use crate::source::{AckKind, AckReceipt, Delivery, DeliveryId, Lease, ShareSource};
 use crate::{Outcome, Result};
@@ -205,15 +205,14 @@ async fn only_slow_records_are_renewed() {
         )
         .build()
         .unwrap();
-    let shutdown = worker.shutdown_handle();
-    let run = tokio::spawn(worker.run());
     let l = ledger.clone();
-    wait_until(Duration::from_secs(10), "all acknowledged", move || {
-        l.lock().unwrap().acks.len() == 6
-    })
+    let summary = run_until(
+        worker,
+        Duration::from_secs(10),
+        "all acknowledged",
+        move || l.lock().unwrap().acks.len() == 6,
+    )
     .await;
-    shutdown.shutdown();
-    let summary = run.await.unwrap().unwrap();
 
     let ledger = ledger.lock().unwrap();
     assert!(ledger.renewals.iter().all(|&(offset, _)| offset == 5));
@@ -260,15 +259,11 @@ async fn a_failed_fetch_is_retried_after_a_pause() {
         .shutdown_grace(Duration::from_secs(1))
         .build()
         .unwrap();
-    let shutdown = worker.shutdown_handle();
-    let run = tokio::spawn(worker.run());
     let a = acked.clone();
-    wait_until(Duration::from_secs(5), "acknowledged", move || {
+    let summary = run_until(worker, Duration::from_secs(5), "acknowledged", move || {
         a.lock().unwrap().len() == 1
     })
     .await;
-    shutdown.shutdown();
-    let summary = run.await.unwrap().unwrap();
     assert_eq!(summary.fetch_errors, 1);
     assert_eq!(*acked.lock().unwrap(), [(0, AckKind::Accept)]);
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::support::{Checked, handler, wait_until};
+use super::support::{Checked, handler, run_until, wait_until};
 use crate::Outcome;
 use crate::runtime::Worker;
 use crate::testing::{MemoryBroker, RecordState};
@@ -95,15 +95,11 @@ async fn a_lost_lock_cancels_the_job_and_drops_its_late_outcome() {
         .concurrency(1)
         .build()
         .unwrap();
-    let shutdown = worker.shutdown_handle();
-    let run = tokio::spawn(worker.run());
     let b = broker.clone();
-    wait_until(Duration::from_secs(30), "accepted", move || {
+    let summary = run_until(worker, Duration::from_secs(30), "accepted", move || {
         b.counts().acknowledged == 1
     })
     .await;
-    shutdown.shutdown();
-    let summary = run.await.unwrap().unwrap();
 
     let cancelled_at = cancelled_at.lock().unwrap().expect("the token fired");
     assert_eq!(cancelled_at - start, Duration::from_millis(500));
@@ -143,15 +139,11 @@ async fn many_slow_records_all_keep_their_locks() {
         .concurrency(256)
         .build()
         .unwrap();
-    let shutdown = worker.shutdown_handle();
-    let run = tokio::spawn(worker.run());
     let b = broker.clone();
-    wait_until(Duration::from_secs(60), "accepted", move || {
+    let summary = run_until(worker, Duration::from_secs(60), "accepted", move || {
         b.counts().acknowledged == 600
     })
     .await;
-    shutdown.shutdown();
-    let summary = run.await.unwrap().unwrap();
 
     assert!((0..3).all(|p| (0..200).all(|o| broker.delivery_count("jobs", p, o) == Some(1))));
     let stats = broker.stats();

@@ -36,6 +36,21 @@ pub(super) async fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut
     }
 }
 
+/// Runs `worker` until `done` holds (failing after `limit`), then shuts it down gracefully and
+/// returns its summary.
+pub(super) async fn run_until<S: ShareSource>(
+    worker: crate::Worker<S>,
+    limit: Duration,
+    what: &str,
+    done: impl FnMut() -> bool,
+) -> crate::Summary {
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    wait_until(limit, what, done).await;
+    shutdown.shutdown();
+    run.await.expect("the worker task").expect("the worker")
+}
+
 /// The payload as a number (test records carry their sequence number).
 pub(super) fn seq(job: &Job) -> usize {
     job.payload()
