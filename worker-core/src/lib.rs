@@ -61,6 +61,7 @@ mod outcome;
 pub mod policy;
 pub mod runtime;
 pub mod source;
+pub mod telemetry;
 pub mod testing;
 
 pub use error::{Error, ErrorKind, Result};

@@ -410,6 +410,10 @@ impl ShareSource for KafkaSource {
         self.inner.close().await
     }
 
+    fn group(&self) -> Option<&str> {
+        Some(&self.inner.config.group)
+    }
+
     /// The group's `share.delivery.count.limit` (Kafka 4.3+), else the broker's
     /// `group.share.delivery.count.limit`, read once through the admin API.
     async fn delivery_limit(&self) -> Result<Option<u16>> {

@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use opentelemetry::metrics::Meter;
 use tower::Service;
 use tower::util::BoxService;
 
@@ -28,6 +29,7 @@ pub struct WorkerBuilder<S> {
     routes: Routes<RouteService>,
     config: Config,
     error: Option<Error>,
+    meter: Option<Meter>,
 }
 
 impl<S: ShareSource> WorkerBuilder<S> {
@@ -37,6 +39,7 @@ impl<S: ShareSource> WorkerBuilder<S> {
             routes: Routes::default(),
             config: Config::default(),
             error: None,
+            meter: None,
         }
     }
 
@@ -168,6 +171,15 @@ impl<S: ShareSource> WorkerBuilder<S> {
         self
     }
 
+    /// Records the worker's metrics ([`telemetry::names`](crate::telemetry::names)) with `meter`.
+    /// By default they go to the global meter provider's
+    /// [`share-worker`](crate::telemetry::METER_NAME) meter as it is when the worker is built (a
+    /// no-op unless an SDK provider was installed before).
+    pub fn meter(mut self, meter: Meter) -> Self {
+        self.meter = Some(meter);
+        self
+    }
+
     /// Checks the settings and builds the worker. Fails with [`ErrorKind::Config`] naming the
     /// setting that is wrong.
     pub fn build(self) -> Result<Worker<S>> {
@@ -186,6 +198,9 @@ impl<S: ShareSource> WorkerBuilder<S> {
             routes: self.routes,
             config: self.config,
             shutdown: ShutdownHandle::new(),
+            meter: self
+                .meter
+                .unwrap_or_else(|| opentelemetry::global::meter(crate::telemetry::METER_NAME)),
         })
     }
 

@@ -26,8 +26,9 @@
 //!   the only allocation per record beyond the source's is the route's boxed service future. Do
 //!   not block the thread in a handler: move CPU-heavy work to `spawn_blocking` (or `tokio::spawn`
 //!   inside the handler), since a blocked worker task also delays its lock renewals.
-//! - **Tracing.** Every record gets a `record` span with `topic`, `partition`, `offset`,
-//!   `delivery_count`, and once it ends `outcome` and `duration_ms`; the handler runs inside it.
+//! - **Telemetry.** Every record gets a `process` span (OpenTelemetry messaging conventions, parent
+//!   from its `traceparent` header) that the handler runs inside, and the worker records
+//!   OpenTelemetry metrics: see [`telemetry`](crate::telemetry).
 //!
 //! ```
 //! use std::convert::Infallible;
@@ -78,9 +79,12 @@ mod tests;
 
 use std::fmt;
 
+use opentelemetry::metrics::Meter;
+
 use crate::Result;
 use crate::policy::Policy;
 use crate::source::ShareSource;
+use crate::telemetry::metrics::Metrics;
 
 pub use builder::WorkerBuilder;
 pub use shutdown::ShutdownHandle;
@@ -100,6 +104,7 @@ pub struct Worker<S> {
     routes: Routes<RouteService>,
     config: Config,
     shutdown: ShutdownHandle,
+    meter: Meter,
 }
 
 impl<S: ShareSource> Worker<S> {
@@ -130,10 +135,17 @@ impl<S: ShareSource> Worker<S> {
             routes,
             config,
             shutdown,
+            meter,
         } = self;
         let policy = resolve_policy(&source, &config).await;
-        let dispatcher =
-            Dispatcher::new(&source, &config, routes, shutdown.token().clone(), policy);
+        let dispatcher = Dispatcher::new(
+            &source,
+            &config,
+            routes,
+            shutdown.token().clone(),
+            policy,
+            Metrics::new(&meter),
+        );
         let (summary, fatal) = dispatcher.run().await;
         let closed = source.close().await;
         tracing::info!(?summary, "worker stopped");

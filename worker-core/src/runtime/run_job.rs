@@ -111,6 +111,7 @@ mod tests {
                 delivery_count: 1,
                 record: None,
                 held_until: None,
+                dlq_reason: None,
                 span: tracing::Span::none(),
             })
             .unwrap()

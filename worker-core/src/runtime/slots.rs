@@ -7,6 +7,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Span;
 
+use crate::dlq::DlqReason;
 use crate::source::{AckKind, Delivery, DeliveryId};
 
 /// Names one occupancy of one slot: a slot reused for a later record gets a new `seq`, so late
@@ -51,6 +52,8 @@ pub(crate) struct InFlight {
     pub(crate) record: Option<Delivery>,
     /// Until when a [`Phase::Held`] record is held.
     pub(crate) held_until: Option<Instant>,
+    /// Why it is being dead-lettered, in [`Phase::DeadLettering`].
+    pub(crate) dlq_reason: Option<DlqReason>,
     pub(crate) span: Span,
 }
 
@@ -159,6 +162,7 @@ mod tests {
             delivery_count: 1,
             record: None,
             held_until: None,
+            dlq_reason: None,
             span: Span::none(),
         }
     }

@@ -64,6 +64,12 @@ pub trait ShareSource: Send + Sync + 'static {
     fn delivery_limit(&self) -> impl Future<Output = Result<Option<u16>>> + Send {
         async { Ok(None) }
     }
+
+    /// The share group this source consumes as, for telemetry; `None` when it has no name (the
+    /// default).
+    fn group(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// Which record a delivery is, and which acquisition of it.

@@ -17,6 +17,7 @@ use std::convert::Infallible;
 use std::future::{Future, poll_fn};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -34,6 +35,7 @@ use crate::policy::Policy;
 use crate::policy::dead_letters::DeadLetters;
 use crate::policy::holds::Holds;
 use crate::source::{AckError, AckKind, Delivery, ShareSource};
+use crate::telemetry::{self, metrics::Metrics};
 use crate::{Error, ErrorKind, Job, Outcome, Result};
 
 use super::config::Config;
@@ -93,6 +95,11 @@ where
     dead_letters: Option<DeadLetters>,
     /// Fetching is paused because the dead-letter sink fails (for the recovery log).
     dlq_paused: bool,
+    /// The share group, for the record spans.
+    group: Option<Arc<str>>,
+    metrics: Metrics,
+    /// When the fetch in progress started.
+    fetch_started: Instant,
 }
 
 impl<'a, S, Svc> Dispatcher<'a, S, Svc>
@@ -106,6 +113,7 @@ where
         routes: Routes<Svc>,
         shutdown: CancellationToken,
         policy: Policy,
+        metrics: Metrics,
     ) -> Self {
         let dead_letters = config.policy.dlq.clone().map(|sink| {
             DeadLetters::new(sink, config.policy.dlq_backoff, config.policy.dlq_timeout)
@@ -132,13 +140,22 @@ where
             holds: Holds::new(config.max_held()),
             dead_letters,
             dlq_paused: false,
+            group: source.group().map(Arc::from),
+            metrics,
+            fetch_started: Instant::now(),
         }
     }
 
     /// Runs until shutdown has drained; returns the summary and, if the source closed under it,
     /// that error.
     pub(crate) async fn run(mut self) -> (Summary, Option<Error>) {
-        poll_fn(|cx| self.poll_run(cx)).await;
+        poll_fn(|cx| {
+            let poll = self.poll_run(cx);
+            self.metrics.occupancy(self.slots.held(), self.holds.len());
+            poll
+        })
+        .await;
+        self.metrics.occupancy(0, 0);
         (self.summary, self.fatal)
     }
 
@@ -242,10 +259,15 @@ where
             .unwrap_or(u32::MAX)
             .min(self.config.max_poll_records);
         self.fetch = Some(Box::pin(self.source.fetch(max)));
+        self.fetch_started = now;
         true
     }
 
     fn on_fetched(&mut self, result: Result<Vec<Delivery>>, now: Instant) {
+        self.metrics.fetch_ended(
+            now.saturating_duration_since(self.fetch_started),
+            result.is_ok(),
+        );
         let batch = match result {
             Ok(batch) => batch,
             Err(err) if err.kind() == ErrorKind::Closed => {
@@ -275,15 +297,24 @@ where
     /// Gives a fetched record a slot and queues it for its route.
     fn admit(&mut self, delivery: Delivery) {
         let id = &delivery.id;
+        self.metrics.fetched(&id.topic, delivery.delivery_count);
         let span = tracing::info_span!(
-            "record",
-            topic = %id.topic,
-            partition = id.partition,
-            offset = id.offset,
-            delivery_count = delivery.delivery_count,
-            outcome = Empty,
-            duration_ms = Empty,
+            "process",
+            otel.kind = "consumer",
+            otel.status_code = Empty,
+            messaging.system = "kafka",
+            messaging.operation.type = "process",
+            messaging.operation.name = "process",
+            messaging.destination.name = &*id.topic,
+            messaging.consumer.group.name = self.group.as_deref(),
+            messaging.destination.partition.id = id.partition,
+            messaging.kafka.offset = id.offset,
+            share_worker.delivery_count = i64::from(delivery.delivery_count),
+            share_worker.outcome = Empty,
+            share_worker.handler_ms = Empty,
+            error.type = Empty,
         );
+        telemetry::continue_trace(&span, &delivery.headers);
         let renew_every = self.config.renew_every(delivery.lock_duration);
         let next_renewal = renew_every.map(|every| delivery.acquired_at + every);
         let job = InFlight {
@@ -296,6 +327,7 @@ where
             delivery_count: delivery.delivery_count,
             record: None,
             held_until: None,
+            dlq_reason: None,
             span,
         };
         let Some(key) = self.slots.insert(job) else {
@@ -343,8 +375,7 @@ where
             self.policy.last_attempt()
         );
         if let Some(job) = self.slots.get(key) {
-            job.span
-                .record("outcome", DlqReason::DeliveryLimit.as_str());
+            record_outcome(&job.span, DlqReason::DeliveryLimit.as_str());
             tracing::warn!(parent: &job.span, "{error}: dead-lettering it without calling the handler");
         }
         self.dead_letter(key, DlqReason::DeliveryLimit, error, Some(delivery));
@@ -405,6 +436,7 @@ where
             let receipt = self.source.renew(&job.id);
             self.renewing.push(SlotReceipt::new(key, receipt));
             self.summary.renewals += 1;
+            self.metrics.renewed(&job.id.topic);
             let mut next = at + every;
             if next <= now {
                 next = now + every;
@@ -424,8 +456,12 @@ where
             return;
         };
         self.summary.renewal_failures += 1;
+        self.metrics.renewal_failed(&job.id.topic, &err);
         if job.lost {
             return;
+        }
+        if !matches!(job.phase, Phase::Acking(_)) {
+            self.metrics.lock_lost(&job.id.topic);
         }
         match job.phase {
             Phase::Queued | Phase::Running => {
@@ -489,6 +525,16 @@ where
         .into_iter()
         .flatten()
         .min()
+    }
+}
+
+/// Records how a record ended on its span: `share_worker.outcome`, and for anything but an accept
+/// or a release without an outcome, `error.type` and an error status.
+fn record_outcome(span: &tracing::Span, outcome: &'static str) {
+    span.record("share_worker.outcome", outcome);
+    if !matches!(outcome, "accept" | "unrouted" | "released_on_shutdown") {
+        span.record("error.type", outcome);
+        span.record("otel.status_code", "error");
     }
 }
 

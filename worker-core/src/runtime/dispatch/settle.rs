@@ -11,6 +11,7 @@ use crate::dlq::{DeadLetter, DlqReason};
 use crate::policy::dead_letters::Written;
 use crate::policy::{Cause, Verdict};
 use crate::source::{AckError, AckKind, Delivery, ShareSource};
+use crate::telemetry;
 use crate::{Job, Outcome};
 
 use super::super::receipt::SlotReceipt;
@@ -28,27 +29,36 @@ where
         let Some(job) = self.slots.get_mut(key) else {
             return;
         };
-        let (outcome, cause) = match finished {
-            Finished::Done(outcome) => (outcome, Cause::Handler),
+        let (outcome, cause, label) = match finished {
+            Finished::Done(outcome) => {
+                let label = outcome.as_str();
+                (outcome, Cause::Handler, label)
+            }
             Finished::Panicked(message) => {
                 self.summary.panicked += 1;
                 tracing::warn!(parent: &job.span, panic = %message, "handler panicked");
                 (
                     Outcome::retry(format!("handler panicked: {message}")),
                     Cause::Panic,
+                    "panic",
                 )
             }
             Finished::TimedOut => {
                 job.cancel.cancel();
                 self.summary.timed_out += 1;
                 tracing::warn!(parent: &job.span, timeout = ?self.config.job_timeout, "handler timed out");
-                (Outcome::retry("the job timed out"), Cause::Timeout)
+                (
+                    Outcome::retry("the job timed out"),
+                    Cause::Timeout,
+                    "timeout",
+                )
             }
         };
-        job.span.record("outcome", outcome.as_str());
+        self.metrics.completed(&job.id.topic, label, took);
+        super::record_outcome(&job.span, label);
         job.span.record(
-            "duration_ms",
-            u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+            "share_worker.handler_ms",
+            i64::try_from(took.as_millis()).unwrap_or(i64::MAX),
         );
         if let Some(reason) = outcome.reason() {
             tracing::info!(parent: &job.span, reason, "{}", outcome.as_str());
@@ -56,6 +66,7 @@ where
         if job.lost {
             self.summary.late_acks_dropped += 1;
             self.summary.possible_duplicates += 1;
+            self.metrics.possible_duplicate(&job.id.topic);
             tracing::warn!(parent: &job.span, "the lock was lost before the handler finished: outcome dropped, the record may be processed again");
             self.forget(key);
             return;
@@ -145,13 +156,15 @@ where
             self.acknowledge(key, AckKind::Reject);
             return;
         };
-        let Some(delivery) = delivery.or_else(|| job.record.take()) else {
+        let Some(mut delivery) = delivery.or_else(|| job.record.take()) else {
             // Not reached: a slot keeps its record whenever a sink is configured.
             tracing::error!(parent: &job.span, "the record to dead-letter was not kept: releasing it");
             self.acknowledge(key, AckKind::Release);
             return;
         };
         job.phase = Phase::DeadLettering;
+        job.dlq_reason = Some(reason);
+        telemetry::stamp(&job.span, &mut delivery.headers);
         tracing::warn!(parent: &job.span, reason = reason.as_str(), error = %error, "dead-lettering the record");
         let letter = DeadLetter {
             delivery,
@@ -176,12 +189,16 @@ where
                 let Some(job) = self.slots.get(key) else {
                     return;
                 };
+                if let Some(reason) = job.dlq_reason {
+                    self.metrics.dead_lettered(&job.id.topic, reason);
+                }
                 if job.phase != Phase::DeadLettering {
                     return;
                 }
                 if job.lost {
                     tracing::warn!(parent: &job.span, "dead-lettered, but the lock was lost meanwhile: not rejecting, the broker may deliver it again");
                     self.summary.possible_duplicates += 1;
+                    self.metrics.possible_duplicate(&job.id.topic);
                     self.forget(key);
                     return;
                 }
@@ -193,6 +210,7 @@ where
                 began_failing,
             } => {
                 self.summary.dlq_failures += 1;
+                self.metrics.dlq_failed();
                 if began_failing {
                     self.summary.dlq_pauses += 1;
                     self.dlq_paused = true;
@@ -220,14 +238,17 @@ where
         let Some(job) = self.slots.remove(key) else {
             return;
         };
+        let kind = match job.phase {
+            Phase::Acking(kind) => kind,
+            _ => AckKind::Release,
+        };
+        self.metrics
+            .acked(&job.id.topic, kind, result.as_ref().map(|_| ()));
         if let Err(err) = result {
             self.summary.ack_failures.count(&err);
-            let kind = match job.phase {
-                Phase::Acking(kind) => kind,
-                _ => AckKind::Release,
-            };
             if kind == AckKind::Accept {
                 self.summary.possible_duplicates += 1;
+                self.metrics.possible_duplicate(&job.id.topic);
             }
             tracing::warn!(parent: &job.span, error = %err, ack = kind.as_str(), "acknowledgement failed: the broker will deliver the record again");
         }
@@ -236,7 +257,7 @@ where
     /// Releases a record that has no outcome of its own; `why` becomes its span's outcome.
     pub(super) fn release_for(&mut self, key: SlotKey, why: &'static str) {
         if let Some(job) = self.slots.get(key) {
-            job.span.record("outcome", why);
+            super::record_outcome(&job.span, why);
         }
         self.acknowledge(key, AckKind::Release);
     }

@@ -8,5 +8,5 @@ mod mock;
 mod policy;
 mod renewal;
 mod shutdown;
-mod spans;
 mod support;
+mod telemetry;

@@ -1,0 +1,450 @@
+//! Telemetry: the `process` span of every record (exported through OpenTelemetry, continuing the
+//! producer's trace) and each metric of [`telemetry::names`] moving as the records go through.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use opentelemetry::metrics::{Meter, MeterProvider as _};
+use opentelemetry::trace::{SpanKind, Status, TracerProvider as _};
+use opentelemetry::{KeyValue, Value};
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use tracing_subscriber::layer::SubscriberExt;
+
+use super::support::{handler, run_until, seq, wait_until};
+use crate::Outcome;
+use crate::policy::Backoff;
+use crate::runtime::Worker;
+use crate::telemetry::{self, names, parse_traceparent};
+use crate::testing::{MemoryBroker, MemoryDlq, ProducedRecord};
+
+const PARENT_0: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+const PARENT_1: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+fn attribute<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| &kv.value)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_records_span_continues_its_traceparent_and_carries_the_documented_attributes() {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let broker = MemoryBroker::new();
+    broker.create_topic("sms", 1);
+    broker.produce_record(
+        "sms",
+        ProducedRecord::new("0").header(telemetry::TRACEPARENT, PARENT_0),
+    );
+    broker.produce_record(
+        "sms",
+        ProducedRecord::new("1")
+            .header(telemetry::TRACEPARENT, PARENT_1)
+            .header(telemetry::TRACESTATE, "vendor=42"),
+    );
+    broker.produce("sms", "2");
+    let dlq = MemoryDlq::new();
+    let worker = Worker::builder(broker.member("w"))
+        .route(
+            "sms",
+            handler(|job| async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                match seq(&job) {
+                    1 => Outcome::reject("no such number"),
+                    _ => Outcome::Accept,
+                }
+            }),
+        )
+        .dlq(Arc::new(dlq.clone()))
+        .build()
+        .unwrap();
+    let b = broker.clone();
+    run_until(worker, Duration::from_secs(5), "settled", move || {
+        let c = b.counts();
+        c.acknowledged + c.archived == 3
+    })
+    .await;
+    provider.force_flush().unwrap();
+
+    let spans = exporter.get_finished_spans().unwrap();
+    let mut processed: Vec<&SpanData> = spans.iter().filter(|s| s.name == "process").collect();
+    processed.sort_by_key(|s| attribute(s, "messaging.kafka.offset").map(Value::to_string));
+    assert_eq!(processed.len(), 3, "{spans:#?}");
+
+    for (offset, span) in processed.iter().enumerate() {
+        assert_eq!(span.span_kind, SpanKind::Consumer);
+        let expect = |key: &str, value: Value| {
+            assert_eq!(attribute(span, key), Some(&value), "{key} of {span:#?}");
+        };
+        expect("messaging.system", "kafka".into());
+        expect("messaging.operation.type", "process".into());
+        expect("messaging.destination.name", "sms".into());
+        expect("messaging.destination.partition.id", 0_i64.into());
+        expect("messaging.kafka.offset", (offset as i64).into());
+        expect("share_worker.delivery_count", 1_i64.into());
+        expect("share_worker.handler_ms", 20_i64.into());
+    }
+    for (span, parent) in processed.iter().zip([PARENT_0, PARENT_1]) {
+        let parent = parse_traceparent(parent.as_bytes()).unwrap();
+        assert_eq!(span.span_context.trace_id(), parent.trace_id());
+        assert_eq!(span.parent_span_id, parent.span_id());
+        assert!(span.parent_span_is_remote);
+    }
+    // Without a traceparent the record starts a trace of its own.
+    assert_eq!(
+        processed[2].parent_span_id,
+        opentelemetry::trace::SpanId::INVALID
+    );
+
+    assert_eq!(
+        attribute(processed[0], "share_worker.outcome"),
+        Some(&"accept".into())
+    );
+    assert_eq!(processed[0].status, Status::Unset);
+    assert_eq!(
+        attribute(processed[1], "share_worker.outcome"),
+        Some(&"reject".into())
+    );
+    assert_eq!(
+        attribute(processed[1], "error.type"),
+        Some(&"reject".into())
+    );
+    assert!(matches!(processed[1].status, Status::Error { .. }));
+
+    // The dead letter points at the attempt that failed it, in the producer's trace.
+    let letters = dlq.letters();
+    assert_eq!(letters.len(), 1);
+    let headers = &letters[0].delivery.headers;
+    let traceparent = headers
+        .iter()
+        .rfind(|h| &*h.key == telemetry::TRACEPARENT)
+        .and_then(|h| h.value.clone())
+        .expect("a traceparent on the dead letter");
+    let carried = parse_traceparent(&traceparent).expect("a valid traceparent");
+    assert_eq!(carried.trace_id(), processed[1].span_context.trace_id());
+    assert_eq!(carried.span_id(), processed[1].span_context.span_id());
+    assert!(
+        headers
+            .iter()
+            .any(|h| &*h.key == telemetry::TRACESTATE
+                && h.value.as_deref() == Some(&b"vendor=42"[..])),
+        "the tracestate rides along: {headers:?}"
+    );
+}
+
+/// A meter provider that keeps what it exports.
+struct Metrics {
+    provider: SdkMeterProvider,
+    exporter: InMemoryMetricExporter,
+}
+
+/// One exported data point: its metric, attributes, and value (a sum or gauge value, or a
+/// histogram's count) and a histogram's sum.
+#[derive(Debug)]
+struct Point {
+    name: String,
+    attributes: BTreeMap<String, String>,
+    value: f64,
+    sum: f64,
+}
+
+fn point<'a>(name: &str, attributes: impl Iterator<Item = &'a KeyValue>, value: f64) -> Point {
+    Point {
+        name: name.to_owned(),
+        attributes: attributes
+            .map(|kv| (kv.key.to_string(), kv.value.to_string()))
+            .collect(),
+        value,
+        sum: 0.0,
+    }
+}
+
+fn points_of<T: Copy>(name: &str, data: &MetricData<T>, f: fn(T) -> f64, out: &mut Vec<Point>) {
+    match data {
+        MetricData::Sum(sum) => {
+            for dp in sum.data_points() {
+                out.push(point(name, dp.attributes(), f(dp.value())));
+            }
+        }
+        MetricData::Gauge(gauge) => {
+            for dp in gauge.data_points() {
+                out.push(point(name, dp.attributes(), f(dp.value())));
+            }
+        }
+        MetricData::Histogram(histogram) => {
+            for dp in histogram.data_points() {
+                let mut p = point(name, dp.attributes(), dp.count() as f64);
+                p.sum = f(dp.sum());
+                out.push(p);
+            }
+        }
+        MetricData::ExponentialHistogram(_) => {}
+    }
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let exporter = InMemoryMetricExporter::default();
+        let provider = SdkMeterProvider::builder()
+            .with_reader(PeriodicReader::builder(exporter.clone()).build())
+            .build();
+        Self { provider, exporter }
+    }
+
+    fn meter(&self) -> Meter {
+        self.provider.meter("test")
+    }
+
+    /// Every data point as of now.
+    fn collect(&self) -> Vec<Point> {
+        self.exporter.reset();
+        self.provider.force_flush().unwrap();
+        let exported = self.exporter.get_finished_metrics().unwrap();
+        let mut out = Vec::new();
+        if let Some(resource) = exported.last() {
+            for scope in resource.scope_metrics() {
+                for metric in scope.metrics() {
+                    match metric.data() {
+                        AggregatedMetrics::F64(data) => {
+                            points_of(metric.name(), data, |v| v, &mut out);
+                        }
+                        AggregatedMetrics::U64(data) => {
+                            points_of(metric.name(), data, |v| v as f64, &mut out);
+                        }
+                        AggregatedMetrics::I64(data) => {
+                            points_of(metric.name(), data, |v| v as f64, &mut out);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The sum of `name`'s values over the points whose attributes include `with`; histograms give
+/// their count (`.0`) and sum (`.1`).
+fn total(points: &[Point], name: &str, with: &[(&str, &str)]) -> (f64, f64) {
+    points
+        .iter()
+        .filter(|p| p.name == name)
+        .filter(|p| {
+            with.iter()
+                .all(|(k, v)| p.attributes.get(*k).map(String::as_str) == Some(*v))
+        })
+        .fold((0.0, 0.0), |(v, s), p| (v + p.value, s + p.sum))
+}
+
+/// Accepts, a retry, a panic, a reject through a dead-letter sink that fails once, and a handler
+/// slower than the lock: every counter, histogram and gauge moves as documented.
+#[tokio::test(start_paused = true)]
+async fn every_metric_moves_with_the_records() {
+    let metrics = Metrics::new();
+    let broker = MemoryBroker::builder()
+        .lock_duration(Duration::from_secs(2))
+        .build();
+    broker.create_topic("t", 1);
+    for i in 0..5 {
+        broker.produce("t", i.to_string());
+    }
+    let dlq = MemoryDlq::new();
+    dlq.fail_next(1);
+    let failed_once = Arc::new(AtomicBool::new(false));
+    let failed = failed_once.clone();
+    let worker = Worker::builder(broker.member("w"))
+        .route(
+            "t",
+            handler(move |job| {
+                let failed = failed.clone();
+                async move {
+                    let first = job.attempt() == 1;
+                    match seq(&job) {
+                        1 if first => {
+                            failed.store(true, Ordering::SeqCst);
+                            Outcome::retry("try later")
+                        }
+                        2 => Outcome::reject("bad"),
+                        3 => {
+                            tokio::time::sleep(Duration::from_secs(5)).await;
+                            Outcome::Accept
+                        }
+                        4 if first => panic!("boom"),
+                        _ => Outcome::Accept,
+                    }
+                }
+            }),
+        )
+        .backoff(Backoff::exponential(Duration::from_secs(3), Duration::from_secs(3)).jitter(false))
+        .dlq(Arc::new(dlq.clone()))
+        .dlq_backoff(
+            Backoff::exponential(Duration::from_secs(1), Duration::from_secs(1)).jitter(false),
+        )
+        .meter(metrics.meter())
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+
+    // Mid-run: the retry and the panic are held for their backoff, the slow record runs, the
+    // reject waits for the dead-letter sink's second try.
+    wait_until(Duration::from_secs(5), "the retry", || {
+        failed_once.load(Ordering::SeqCst)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let now = metrics.collect();
+    assert_eq!(total(&now, names::RECORDS_HELD, &[]).0, 2.0, "{now:#?}");
+    assert_eq!(
+        total(&now, names::RECORDS_IN_FLIGHT, &[]).0,
+        4.0,
+        "{now:#?}"
+    );
+
+    let b = broker.clone();
+    wait_until(Duration::from_secs(30), "settled", move || {
+        let c = b.counts();
+        c.acknowledged + c.archived == 5
+    })
+    .await;
+    shutdown.shutdown();
+    run.await.unwrap().unwrap();
+    let end = metrics.collect();
+    let t = ("topic", "t");
+    let count = |name: &str, with: &[(&str, &str)]| total(&end, name, with).0;
+
+    assert_eq!(count(names::RECORDS_FETCHED, &[t]), 7.0, "{end:#?}");
+    let deliveries = total(&end, names::DELIVERY_COUNT, &[t]);
+    assert_eq!(deliveries, (7.0, 9.0), "two records came twice");
+    for (outcome, n) in [
+        ("accept", 4.0),
+        ("retry", 1.0),
+        ("panic", 1.0),
+        ("reject", 1.0),
+    ] {
+        let with = [t, ("outcome", outcome)];
+        assert_eq!(count(names::RECORDS_COMPLETED, &with), n, "{outcome}");
+        assert_eq!(count(names::HANDLER_DURATION, &with), n, "{outcome}");
+    }
+    let slow = total(&end, names::HANDLER_DURATION, &[t, ("outcome", "accept")]).1;
+    assert!((5.0..5.1).contains(&slow), "the slow handler's 5 s: {slow}");
+    for (ack, n) in [("accept", 4.0), ("release", 2.0), ("reject", 1.0)] {
+        assert_eq!(count(names::ACKS, &[t, ("ack", ack)]), n, "{ack}");
+    }
+    assert_eq!(count(names::DLQ_WRITES, &[t, ("reason", "rejected")]), 1.0);
+    assert_eq!(count(names::DLQ_FAILURES, &[]), 1.0);
+    // The slow record is renewed at 1 s, 2 s, 3 s and 4 s; the held ones while they wait.
+    assert!(count(names::LOCK_RENEWALS, &[t]) >= 4.0, "{end:#?}");
+    assert!(count(names::FETCH_DURATION, &[("result", "ok")]) >= 1.0);
+    assert_eq!(count(names::RECORDS_IN_FLIGHT, &[]), 0.0);
+    assert_eq!(count(names::RECORDS_HELD, &[]), 0.0);
+    for quiet in [
+        names::LOCK_RENEWAL_FAILURES,
+        names::LOCKS_LOST,
+        names::ACK_FAILURES,
+        names::POSSIBLE_DUPLICATES,
+    ] {
+        assert_eq!(count(quiet, &[]), 0.0, "{quiet}");
+    }
+}
+
+/// A renewal refused by the broker: the lock is lost, the job's late outcome is dropped and the
+/// record comes back.
+#[tokio::test(start_paused = true)]
+async fn a_lost_lock_counts_the_failed_renewal_and_a_possible_duplicate() {
+    let metrics = Metrics::new();
+    let broker = MemoryBroker::builder()
+        .lock_duration(Duration::from_secs(1))
+        .build();
+    broker.produce("t", "0");
+    broker.fail_renewals(true);
+    let worker = Worker::builder(broker.member("w"))
+        .route(
+            "t",
+            handler(|job| async move {
+                if job.attempt() == 1 {
+                    // Ignores its cancellation on purpose.
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                }
+                Outcome::Accept
+            }),
+        )
+        .meter(metrics.meter())
+        .build()
+        .unwrap();
+    let b = broker.clone();
+    let started = tokio::time::Instant::now();
+    run_until(worker, Duration::from_secs(10), "accepted", move || {
+        if b.delivery_count("t", 0, 0) == Some(2) {
+            b.fail_renewals(false);
+        }
+        b.counts().acknowledged == 1 && started.elapsed() > Duration::from_millis(3500)
+    })
+    .await;
+    let end = metrics.collect();
+    let t = ("topic", "t");
+    let count = |name: &str, with: &[(&str, &str)]| total(&end, name, with).0;
+    assert_eq!(count(names::LOCKS_LOST, &[t]), 1.0, "{end:#?}");
+    assert_eq!(
+        count(names::LOCK_RENEWAL_FAILURES, &[t, ("error", "lock_lost")]),
+        1.0
+    );
+    assert_eq!(count(names::POSSIBLE_DUPLICATES, &[t]), 1.0);
+    assert_eq!(count(names::ACKS, &[t, ("ack", "accept")]), 1.0);
+}
+
+/// An accept that the broker did not take (the session was lost meanwhile) is counted by error,
+/// and as a possible duplicate.
+#[tokio::test(start_paused = true)]
+async fn a_failed_acknowledgement_is_counted_by_error() {
+    let metrics = Metrics::new();
+    let broker = MemoryBroker::new();
+    broker.produce("t", "0");
+    let member = broker.member("w");
+    let lose = member.clone();
+    let worker = Worker::builder(member)
+        .route(
+            "t",
+            handler(move |job| {
+                let lose = lose.clone();
+                async move {
+                    if job.attempt() == 1 {
+                        lose.reset_session();
+                    }
+                    Outcome::Accept
+                }
+            }),
+        )
+        .meter(metrics.meter())
+        .build()
+        .unwrap();
+    let b = broker.clone();
+    run_until(worker, Duration::from_secs(10), "accepted", move || {
+        b.counts().acknowledged == 1
+    })
+    .await;
+    let end = metrics.collect();
+    let t = ("topic", "t");
+    let count = |name: &str, with: &[(&str, &str)]| total(&end, name, with).0;
+    assert_eq!(
+        count(
+            names::ACK_FAILURES,
+            &[t, ("ack", "accept"), ("error", "session_lost")]
+        ),
+        1.0,
+        "{end:#?}"
+    );
+    assert_eq!(count(names::POSSIBLE_DUPLICATES, &[t]), 1.0);
+    assert_eq!(count(names::ACKS, &[t, ("ack", "accept")]), 1.0);
+    assert_eq!(count(names::RECORDS_FETCHED, &[t]), 2.0);
+}

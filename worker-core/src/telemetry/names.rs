@@ -1,0 +1,81 @@
+//! The names of the worker's metrics and of its attributes, as the OpenTelemetry API sees them.
+//!
+//! A Prometheus exporter turns dots into underscores, appends the unit (`_seconds`) and `_total`
+//! to counters: `share_worker.records.completed` is scraped as
+//! `share_worker_records_completed_total`.
+
+/// Records acquired by fetches (counter; `topic`).
+pub const RECORDS_FETCHED: &str = "share_worker.records.fetched";
+/// Handler calls that ended (counter; `topic`, `outcome`: `accept`, `retry`, `reject`,
+/// `undecodable`, `timeout`, `panic`).
+pub const RECORDS_COMPLETED: &str = "share_worker.records.completed";
+/// How long handlers ran, in seconds (histogram; `topic`, `outcome`).
+pub const HANDLER_DURATION: &str = "share_worker.handler.duration";
+/// Records holding a slot: fetched and not yet settled with the broker (up-down counter).
+pub const RECORDS_IN_FLIGHT: &str = "share_worker.records.in_flight";
+/// Retries waiting out their backoff, locks renewed (up-down counter).
+pub const RECORDS_HELD: &str = "share_worker.records.held";
+/// Lock renewals (RENEW) sent (counter; `topic`).
+pub const LOCK_RENEWALS: &str = "share_worker.lock.renewals";
+/// Lock renewals the broker refused or that got no answer (counter; `topic`, `error`).
+pub const LOCK_RENEWAL_FAILURES: &str = "share_worker.lock.renewal_failures";
+/// Records whose lock was lost before they were settled (a renewal failed): a running job is
+/// cancelled and the broker delivers the record again (counter; `topic`).
+pub const LOCKS_LOST: &str = "share_worker.locks.lost";
+/// Acknowledgements the broker confirmed (counter; `topic`, `ack`: `accept`, `release`,
+/// `reject`).
+pub const ACKS: &str = "share_worker.acks";
+/// Acknowledgements that did not take effect (counter; `topic`, `ack`, `error`). A failed
+/// `accept` means the record may be processed twice.
+pub const ACK_FAILURES: &str = "share_worker.ack.failures";
+/// Records that may be processed again: a failed accept, a lost lock (counter; `topic`).
+pub const POSSIBLE_DUPLICATES: &str = "share_worker.possible_duplicates";
+/// Dead letters the sink confirmed (counter; `topic`, `reason`).
+pub const DLQ_WRITES: &str = "share_worker.dlq.writes";
+/// Dead-letter writes that failed and will be tried again (counter).
+pub const DLQ_FAILURES: &str = "share_worker.dlq.failures";
+/// How long a fetch took, in seconds, long polls included (histogram; `result`: `ok`, `error`).
+pub const FETCH_DURATION: &str = "share_worker.fetch.duration";
+/// The broker's delivery count of fetched records (histogram; `topic`). Counts above 1 are
+/// redeliveries: retries, lost locks, crashed workers.
+pub const DELIVERY_COUNT: &str = "share_worker.delivery_count";
+/// Records of a partition not yet settled by the share group, sampled from
+/// DescribeShareGroupOffsets (gauge; `group`, `topic`, `partition`). The autoscaling signal.
+pub const GROUP_LAG: &str = "share_worker.group.lag";
+
+/// Attribute: the record's topic (= its route).
+pub const TOPIC: &str = "topic";
+/// Attribute: how a handler call ended.
+pub const OUTCOME: &str = "outcome";
+/// Attribute: the acknowledgement type.
+pub const ACK: &str = "ack";
+/// Attribute: the error class (an [`AckError`](crate::source::AckError) name).
+pub const ERROR: &str = "error";
+/// Attribute: why a record was dead-lettered ([`DlqReason`](crate::dlq::DlqReason)).
+pub const REASON: &str = "reason";
+/// Attribute: `ok` or `error`.
+pub const RESULT: &str = "result";
+/// Attribute: the share group.
+pub const GROUP: &str = "group";
+/// Attribute: the partition.
+pub const PARTITION: &str = "partition";
+
+/// Every metric the worker and [`LagMonitor`](super::LagMonitor) record, in the order above.
+pub const ALL: [&str; 16] = [
+    RECORDS_FETCHED,
+    RECORDS_COMPLETED,
+    HANDLER_DURATION,
+    RECORDS_IN_FLIGHT,
+    RECORDS_HELD,
+    LOCK_RENEWALS,
+    LOCK_RENEWAL_FAILURES,
+    LOCKS_LOST,
+    ACKS,
+    ACK_FAILURES,
+    POSSIBLE_DUPLICATES,
+    DLQ_WRITES,
+    DLQ_FAILURES,
+    FETCH_DURATION,
+    DELIVERY_COUNT,
+    GROUP_LAG,
+];
