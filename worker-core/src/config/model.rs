@@ -151,7 +151,7 @@ pub struct DlqSection {
 }
 
 /// `[telemetry]`.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 #[non_exhaustive]
 pub struct TelemetrySection {
@@ -161,6 +161,32 @@ pub struct TelemetrySection {
     /// `pretty` (default) or `json` logs on stderr.
     #[serde(default)]
     pub log_format: LogFormat,
+    /// OTLP/HTTP collector base URL (e.g. `http://127.0.0.1:4318`); spans and metrics go to
+    /// `/v1/traces` and `/v1/metrics` under it (default: no export).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
+    /// How often metrics are pushed to the OTLP endpoint (default 10s).
+    #[serde(default = "default_otlp_interval", with = "duration")]
+    pub otlp_interval: Duration,
+    /// The `service.name` resource attribute of the exported telemetry (default `share-worker`).
+    #[serde(default = "default_service_name")]
+    pub service_name: String,
+    /// How often the share group's lag is sampled for the lag gauge (default 15s).
+    #[serde(default = "default_lag_interval", with = "duration")]
+    pub lag_interval: Duration,
+}
+
+impl Default for TelemetrySection {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            log_format: LogFormat::default(),
+            otlp_endpoint: None,
+            otlp_interval: default_otlp_interval(),
+            service_name: default_service_name(),
+            lag_interval: default_lag_interval(),
+        }
+    }
 }
 
 /// How logs are written.
@@ -261,6 +287,15 @@ fn default_backoff_max() -> Duration {
 }
 fn default_backoff_multiplier() -> f32 {
     2.0
+}
+fn default_otlp_interval() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_service_name() -> String {
+    "share-worker".to_owned()
+}
+fn default_lag_interval() -> Duration {
+    Duration::from_secs(15)
 }
 fn default_dlq_topic() -> String {
     "{topic}.dlq".to_owned()

@@ -253,6 +253,13 @@ fn broken_files_name_the_key_and_the_line() {
             12,
             "unknown placeholder",
         ),
+        // A telemetry endpoint that is no URL.
+        (
+            format!("{MINIMAL}[telemetry]\notlp-endpoint = \"collector:4318\"\n"),
+            "telemetry.otlp-endpoint",
+            12,
+            "expected an http:// or https:// URL",
+        ),
     ];
     assert!(cases.len() >= 8);
     for (text, key, line, says) in cases {

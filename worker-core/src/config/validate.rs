@@ -107,6 +107,7 @@ pub(crate) fn check(config: &Config) -> Result<(), Invalid> {
     {
         return Err(bad(&["dlq", "topic"], err.message()));
     }
+    check_telemetry(config)?;
     if config.routes.is_empty() {
         return Err(bad(&["route"], "expected at least one [[route]]"));
     }
@@ -123,6 +124,42 @@ pub(crate) fn check(config: &Config) -> Result<(), Invalid> {
                 format!("topic {:?} has two routes; expected one", route.topic),
             ));
         }
+    }
+    Ok(())
+}
+
+fn check_telemetry(config: &Config) -> Result<(), Invalid> {
+    let telemetry = &config.telemetry;
+    if let Some(endpoint) = &telemetry.otlp_endpoint {
+        let rest = endpoint
+            .strip_prefix("http://")
+            .or_else(|| endpoint.strip_prefix("https://"));
+        if rest.is_none_or(|host| host.is_empty() || host.starts_with('/')) {
+            return Err(bad(
+                &["telemetry", "otlp-endpoint"],
+                format!(
+                    "expected an http:// or https:// URL of an OTLP/HTTP collector, found {endpoint:?}"
+                ),
+            ));
+        }
+    }
+    if telemetry.otlp_interval < Duration::from_millis(100) {
+        return Err(bad(
+            &["telemetry", "otlp-interval"],
+            "expected at least 100ms",
+        ));
+    }
+    if telemetry.lag_interval < Duration::from_millis(100) {
+        return Err(bad(
+            &["telemetry", "lag-interval"],
+            "expected at least 100ms",
+        ));
+    }
+    if telemetry.service_name.trim().is_empty() {
+        return Err(bad(
+            &["telemetry", "service-name"],
+            "expected a non-empty service name",
+        ));
     }
     Ok(())
 }

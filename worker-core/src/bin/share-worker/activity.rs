@@ -1,4 +1,4 @@
-//! What the handlers are doing: calls in flight, outcomes, and when anything last happened — for
+//! What the handlers are doing: calls in flight, calls made, and when anything last happened — for
 //! `--exit-when-idle` and the statistics.
 //!
 //! A retry is held by the runtime for its backoff before it is released and fetched again; no
@@ -23,9 +23,6 @@ pub(crate) struct Activity {
     held_until: Mutex<Instant>,
     backoff: Backoff,
     pub(crate) calls: AtomicU64,
-    pub(crate) accepts: AtomicU64,
-    pub(crate) retries: AtomicU64,
-    pub(crate) rejects: AtomicU64,
 }
 
 impl Activity {
@@ -37,9 +34,6 @@ impl Activity {
             last: Mutex::new(Instant::now()),
             first: OnceLock::new(),
             calls: AtomicU64::new(0),
-            accepts: AtomicU64::new(0),
-            retries: AtomicU64::new(0),
-            rejects: AtomicU64::new(0),
         }
     }
 
@@ -55,11 +49,6 @@ impl Activity {
         self.first.get_or_init(Instant::now);
         self.touch();
         CallGuard { activity: self }
-    }
-
-    /// Handler calls running now.
-    pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::SeqCst)
     }
 
     /// From the first handler call to the end of the last one (zero before any call).
@@ -103,12 +92,6 @@ impl CallGuard<'_> {
             }
         }
         a.calls.fetch_add(1, Ordering::Relaxed);
-        let counter = match outcome {
-            Outcome::Accept => &a.accepts,
-            Outcome::Retry { .. } => &a.retries,
-            _ => &a.rejects,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -133,7 +116,7 @@ mod tests {
         guard.finish(&Outcome::Accept, 1);
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(activity.idle_for(), Some(Duration::from_secs(2)));
-        assert_eq!(activity.accepts.load(Ordering::Relaxed), 1);
+        assert_eq!(activity.calls.load(Ordering::Relaxed), 1);
         assert_eq!(activity.busy(), Duration::from_secs(5));
     }
 

@@ -7,6 +7,7 @@
 mod activity;
 mod check;
 mod handlers;
+mod otel;
 mod produce;
 mod progress;
 mod replay;
@@ -102,34 +103,29 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Run(args) => {
-                let config = load(&args.config.config)?;
-                run::run(config, args.exit_when_idle, args.stats_json).await
-            }
-            Command::Setup(args) => {
-                let config = load(&args.config.config)?;
-                setup::setup(&config, args.partitions, args.replication_factor).await
-            }
-            Command::Check(args) => {
-                let config = load(&args.config)?;
-                check::check(&config).await
-            }
-            Command::Status(args) => {
-                let config = load(&args.config.config)?;
-                status::status(&config, &args).await
-            }
-            Command::Dlq(DlqCommand::Replay(args)) => {
-                let config = load(args.config())?;
-                replay::replay(&config, &args).await
-            }
-            Command::Produce(args) => {
-                init_logs(LogFormat::Pretty);
-                produce::produce(args).await
-            }
+    let result = match cli.command {
+        Command::Run(args) => run_command(&runtime, args),
+        Command::Setup(args) => runtime.block_on(async {
+            let config = load(&args.config.config)?;
+            setup::setup(&config, args.partitions, args.replication_factor).await
+        }),
+        Command::Check(args) => runtime.block_on(async {
+            let config = load(&args.config)?;
+            check::check(&config).await
+        }),
+        Command::Status(args) => runtime.block_on(async {
+            let config = load(&args.config.config)?;
+            status::status(&config, &args).await
+        }),
+        Command::Dlq(DlqCommand::Replay(args)) => runtime.block_on(async {
+            let config = load(args.config())?;
+            replay::replay(&config, &args).await
+        }),
+        Command::Produce(args) => {
+            init_logs(LogFormat::Pretty);
+            runtime.block_on(produce::produce(args))
         }
-    });
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -137,6 +133,21 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `run`: its telemetry is set up and flushed outside the async runtime (the OTLP exporters use
+/// blocking HTTP clients on their own threads).
+fn run_command(runtime: &tokio::runtime::Runtime, args: RunArgs) -> anyhow::Result<()> {
+    let config = Config::load(&args.config.config)?;
+    let otel = otel::Otel::install(&config.telemetry)?;
+    let result = runtime.block_on(run::run(
+        config,
+        args.exit_when_idle,
+        args.stats_json,
+        &otel,
+    ));
+    otel.shutdown();
+    result
 }
 
 /// Loads and validates the file, then starts logging as it says.

@@ -5,13 +5,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use opentelemetry::metrics::Meter;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 use worker_core::config::Config;
+use worker_core::kafka::Admin;
+use worker_core::telemetry::LagMonitor;
 use worker_core::{ShutdownHandle, Worker};
 
 use crate::activity::Activity;
 use crate::handlers;
+use crate::otel::Otel;
 use crate::stats::Stats;
 use crate::telemetry::{self, Telemetry};
 
@@ -19,6 +23,7 @@ pub(crate) async fn run(
     config: Config,
     exit_when_idle: Option<Duration>,
     stats_json: Option<PathBuf>,
+    otel: &Otel,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let listener = match config.telemetry.listen {
@@ -35,8 +40,23 @@ pub(crate) async fn run(
             config.worker.group, config.kafka.bootstrap
         )
     })?;
+    let meter = otel.meter();
+    let assigned = source.clone();
+    let _assigned_gauge = meter
+        .u64_observable_gauge("share_worker.partitions.assigned")
+        .with_description("Partitions assigned to this member.")
+        .with_callback(move |observer| {
+            observer.observe(assigned.assignment().len() as u64, &[]);
+        })
+        .build();
+    let _lag = match (&config.telemetry.listen, &config.telemetry.otlp_endpoint) {
+        (None, None) => None,
+        _ => lag_monitor(&config, &meter).await,
+    };
     let activity = Arc::new(Activity::new(config.backoff()));
-    let mut builder = config.configure(Worker::builder(source.clone()));
+    let mut builder = config
+        .configure(Worker::builder(source.clone()))
+        .meter(meter);
     if let Some(sink) = config.dlq_sink()? {
         builder = builder.dlq(sink);
     }
@@ -49,7 +69,7 @@ pub(crate) async fn run(
     let worker = builder.build()?;
     let server = listener.map(|listener| {
         let telemetry = Telemetry {
-            activity: activity.clone(),
+            registry: otel.registry(),
             source,
             bootstrap: config.kafka.bootstrap.clone(),
             dlq_topics: config.dlq_topics(),
@@ -72,6 +92,24 @@ pub(crate) async fn run(
             .with_context(|| format!("writing the statistics to {}", path.display()))?;
     }
     Ok(())
+}
+
+/// Samples the group's lag on the route topics for the lag gauge; `None` (with a warning) when the
+/// cluster cannot be reached for it.
+async fn lag_monitor(config: &Config, meter: &Meter) -> Option<LagMonitor> {
+    match Admin::connect(config.kafka.bootstrap.clone()).await {
+        Ok(admin) => Some(LagMonitor::start(
+            admin,
+            config.worker.group.clone(),
+            config.topics().map(str::to_owned).collect(),
+            config.telemetry.lag_interval,
+            meter,
+        )),
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot sample the share group's lag: no lag gauge");
+            None
+        }
+    }
 }
 
 /// Shuts the worker down once no handler has run for `idle`.

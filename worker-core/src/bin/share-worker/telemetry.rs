@@ -1,9 +1,7 @@
 //! The `[telemetry] listen` HTTP listener: `/healthz` (alive), `/readyz` (joined the group with
 //! partitions assigned, and the dead-letter topics exist) and `/metrics` (Prometheus text).
 
-use std::fmt::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -11,13 +9,13 @@ use tokio::net::{TcpListener, TcpStream};
 use worker_core::ShutdownHandle;
 use worker_core::kafka::KafkaSource;
 
-use crate::activity::Activity;
-use crate::topics;
+use crate::{otel, topics};
 
 /// What the endpoints report on.
 #[derive(Debug)]
 pub(crate) struct Telemetry {
-    pub(crate) activity: Arc<Activity>,
+    /// Where the metrics are read from.
+    pub(crate) registry: prometheus::Registry,
     pub(crate) source: KafkaSource,
     pub(crate) bootstrap: String,
     pub(crate) dlq_topics: Vec<String>,
@@ -56,7 +54,7 @@ async fn answer(mut stream: TcpStream, telemetry: Arc<Telemetry>) {
             Ok(()) => ("200 OK", "ready\n".to_owned()),
             Err(why) => ("503 Service Unavailable", format!("{why}\n")),
         },
-        "/metrics" => ("200 OK", telemetry.metrics()),
+        "/metrics" => ("200 OK", otel::prometheus_text(&telemetry.registry)),
         _ => ("404 Not Found", "not found\n".to_owned()),
     };
     let response = format!(
@@ -84,40 +82,5 @@ impl Telemetry {
             }
         }
         Ok(())
-    }
-
-    fn metrics(&self) -> String {
-        let a = &self.activity;
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# HELP share_worker_handler_calls_total Handler calls finished, by outcome."
-        );
-        let _ = writeln!(out, "# TYPE share_worker_handler_calls_total counter");
-        for (outcome, counter) in [
-            ("accept", &a.accepts),
-            ("retry", &a.retries),
-            ("reject", &a.rejects),
-        ] {
-            let _ = writeln!(
-                out,
-                "share_worker_handler_calls_total{{outcome=\"{outcome}\"}} {}",
-                counter.load(Ordering::Relaxed)
-            );
-        }
-        let _ = writeln!(out, "# HELP share_worker_in_flight Handler calls running.");
-        let _ = writeln!(out, "# TYPE share_worker_in_flight gauge");
-        let _ = writeln!(out, "share_worker_in_flight {}", a.in_flight());
-        let _ = writeln!(
-            out,
-            "# HELP share_worker_assigned_partitions Partitions assigned to this member."
-        );
-        let _ = writeln!(out, "# TYPE share_worker_assigned_partitions gauge");
-        let _ = writeln!(
-            out,
-            "share_worker_assigned_partitions {}",
-            self.source.assignment().len()
-        );
-        out
     }
 }
