@@ -284,34 +284,41 @@ async fn serve(listener: TcpListener, seen: Arc<Mutex<Seen>>) {
     }
 }
 
+/// Reads the next HTTP/1.1 request from `stream` (bytes left over stay in `buffer`): its head,
+/// lowercased, and its body. `None` once the peer closed.
+async fn read_request(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<(String, Vec<u8>)> {
+    let head_end = loop {
+        if let Some(i) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let mut chunk = [0u8; 4096];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = text(&buffer[..head_end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    while buffer.len() < head_end + length {
+        let mut chunk = [0u8; 4096];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let body = buffer[head_end..head_end + length].to_vec();
+    buffer.drain(..head_end + length);
+    Some((head, body))
+}
+
 async fn connection(mut stream: TcpStream, seen: Arc<Mutex<Seen>>) {
     let mut buffer = Vec::new();
-    loop {
-        let head_end = loop {
-            if let Some(i) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
-            }
-            let mut chunk = [0u8; 4096];
-            match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-            }
-        };
-        let head = text(&buffer[..head_end]).to_ascii_lowercase();
-        let length: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
-        while buffer.len() < head_end + length {
-            let mut chunk = [0u8; 4096];
-            match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-            }
-        }
-        let body = text(&buffer[head_end..head_end + length]);
-        buffer.drain(..head_end + length);
+    while let Some((head, body)) = read_request(&mut stream, &mut buffer).await {
+        let body = text(&body);
         let key = head
             .lines()
             .find_map(|l| l.strip_prefix("idempotency-key:"))
@@ -647,6 +654,238 @@ async fn metrics_move_during_a_run_with_retries_and_dead_letters() {
         .expect("the run exits when idle")
         .expect("waiting for share-worker");
     assert!(status.success(), "{status}");
+    server.abort();
+}
+
+/// What a fake OTLP/HTTP collector received: (path, protobuf body) per request.
+type Exports = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// A collector that keeps every export and answers 200 with an empty (valid) response.
+async fn collector(listener: TcpListener, exports: Exports) {
+    while let Ok((mut stream, _)) = listener.accept().await {
+        let exports = exports.clone();
+        tokio::spawn(async move {
+            let mut buffer = Vec::new();
+            while let Some((head, body)) = read_request(&mut stream, &mut buffer).await {
+                let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+                exports.lock().expect("the exports lock").push((path, body));
+                let response = "HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n";
+                if stream.write_all(response.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// The headers of the first `count` records of partition 0 of `topic`, from the beginning.
+fn read_headers(topic: &str, count: usize) -> Vec<Vec<(String, Vec<u8>)>> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers, Message};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", unique("cli-reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("a consumer");
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    assignment
+        .add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .expect("an assignment");
+    consumer.assign(&assignment).expect("assigning");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut out = Vec::new();
+    while out.len() < count {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "read {} of {count} records of {topic}",
+            out.len()
+        );
+        let Some(message) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let message = message.expect("a record");
+        let headers = message.headers().map_or_else(Vec::new, |headers| {
+            headers
+                .iter()
+                .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
+                .collect()
+        });
+        out.push(headers);
+    }
+    out
+}
+
+fn header_value(headers: &[(String, Vec<u8>)], key: &str) -> Option<String> {
+    headers
+        .iter()
+        .rfind(|(k, _)| k == key)
+        .map(|(_, v)| text(v))
+}
+
+/// Records produced with a `traceparent` are processed in spans of that trace, exported over
+/// OTLP/HTTP with the documented attributes (metrics too); the dead letter points at the span of
+/// the attempt that failed it, and a replay carries that on.
+#[tokio::test]
+async fn spans_and_metrics_reach_an_otlp_collector_and_dead_letters_keep_the_trace() {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    use prost::Message as _;
+
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const PARENT: &str = "00f067aa0ba902b7";
+    let scratch = Scratch::new();
+    let topic = unique("cli-otlp");
+    let group = unique("cli-otlp-group");
+    let exports = Exports::default();
+    let otlp = TcpListener::bind("127.0.0.1:0").await.expect("binding");
+    let otlp_addr = otlp.local_addr().expect("an address");
+    let collector = tokio::spawn(collector(otlp, exports.clone()));
+    let http = TcpListener::bind("127.0.0.1:0").await.expect("binding");
+    let http_addr = http.local_addr().expect("an address");
+    let server = tokio::spawn(serve(http, Arc::new(Mutex::new(Seen::default()))));
+    let route = format!("handler = \"http\"\nurl = \"http://{http_addr}/send\"");
+    let text_cfg = config(&group, &topic, &route).replace(
+        "[dlq]",
+        &format!(
+            "[telemetry]\notlp-endpoint = \"http://{otlp_addr}\"\notlp-interval = \"200ms\"\nservice-name = \"otlp-test\"\n\n[dlq]"
+        ),
+    );
+    let cfg = scratch.write("worker.toml", &text_cfg);
+    let cfg = cfg.to_str().unwrap();
+    let out = share_worker(&["setup", "--config", cfg, "--partitions", "1"], &[]).await;
+    assert_ok(&out, "setup");
+    let jobs = scratch.write("jobs.txt", "ok-1\nbad-1");
+    let traceparent = format!("traceparent=00-{TRACE}-{PARENT}-01");
+    let out = share_worker(
+        &[
+            "produce",
+            "--bootstrap",
+            &bootstrap(),
+            "--topic",
+            &topic,
+            "--file",
+            jobs.to_str().unwrap(),
+            "--header",
+            &traceparent,
+            "--header",
+            "tracestate=vendor=7",
+        ],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "produce");
+    let stats = run_until_idle(&scratch, cfg).await;
+    assert_eq!((count(&stats, "accepted"), count(&stats, "dlq")), (1, 1));
+
+    // The run flushed its spans on exit.
+    let exported = exports.lock().expect("the exports lock").clone();
+    let mut spans = Vec::new();
+    let mut metric_names = std::collections::BTreeSet::new();
+    for (path, body) in &exported {
+        match path.as_str() {
+            "/v1/traces" => {
+                let request = ExportTraceServiceRequest::decode(&body[..]).expect("OTLP traces");
+                for resource in request.resource_spans {
+                    let service = resource
+                        .resource
+                        .iter()
+                        .flat_map(|r| &r.attributes)
+                        .find(|kv| kv.key == "service.name")
+                        .and_then(|kv| kv.value.clone())
+                        .and_then(|v| v.value);
+                    assert_eq!(service, Some(Any::StringValue("otlp-test".into())));
+                    spans.extend(resource.scope_spans.into_iter().flat_map(|s| s.spans));
+                }
+            }
+            "/v1/metrics" => {
+                let request = ExportMetricsServiceRequest::decode(&body[..]).expect("OTLP metrics");
+                for resource in request.resource_metrics {
+                    for scope in resource.scope_metrics {
+                        metric_names.extend(scope.metrics.into_iter().map(|m| m.name));
+                    }
+                }
+            }
+            other => panic!("unexpected export path {other}"),
+        }
+    }
+    for name in [
+        "share_worker.records.fetched",
+        "share_worker.records.completed",
+        "share_worker.handler.duration",
+        "share_worker.dlq.writes",
+    ] {
+        assert!(
+            metric_names.contains(name),
+            "{name} not exported: {metric_names:?}"
+        );
+    }
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let attribute = |span: &opentelemetry_proto::tonic::trace::v1::Span, key: &str| {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| kv.value.clone())
+            .and_then(|v| v.value)
+    };
+    let processed: Vec<_> = spans.iter().filter(|s| s.name == "process").collect();
+    assert_eq!(processed.len(), 2, "{spans:#?}");
+    let mut reject_span = None;
+    for span in &processed {
+        assert_eq!(hex(&span.trace_id), TRACE);
+        assert_eq!(hex(&span.parent_span_id), PARENT);
+        assert_eq!(span.kind, 5, "SPAN_KIND_CONSUMER");
+        assert_eq!(
+            attribute(span, "messaging.system"),
+            Some(Any::StringValue("kafka".into()))
+        );
+        assert_eq!(
+            attribute(span, "messaging.destination.name"),
+            Some(Any::StringValue(topic.clone()))
+        );
+        assert_eq!(
+            attribute(span, "messaging.consumer.group.name"),
+            Some(Any::StringValue(group.clone()))
+        );
+        assert_eq!(
+            attribute(span, "messaging.destination.partition.id"),
+            Some(Any::IntValue(0))
+        );
+        assert_eq!(
+            attribute(span, "share_worker.delivery_count"),
+            Some(Any::IntValue(1))
+        );
+        match attribute(span, "share_worker.outcome") {
+            Some(Any::StringValue(o)) if o == "accept" => {}
+            Some(Any::StringValue(o)) if o == "reject" => reject_span = Some(hex(&span.span_id)),
+            other => panic!("outcome {other:?}"),
+        }
+    }
+    let reject_span = reject_span.expect("the rejected record's span");
+
+    // The dead letter continues from the failed attempt's span, with the original tracestate.
+    let dlq = format!("{topic}.dlq");
+    let letter = read_headers(&dlq, 1).remove(0);
+    let carried = format!("00-{TRACE}-{reject_span}-01");
+    assert_eq!(header_value(&letter, "traceparent"), Some(carried.clone()));
+    assert_eq!(
+        header_value(&letter, "tracestate").as_deref(),
+        Some("vendor=7")
+    );
+
+    // A replay puts it back on its topic with the same context.
+    let out = share_worker(
+        &[
+            "dlq", "replay", "--config", cfg, "--topic", &dlq, "--idle", "3s",
+        ],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "dlq replay");
+    let records = read_headers(&topic, 3);
+    assert_eq!(header_value(&records[2], "traceparent"), Some(carried));
+    collector.abort();
     server.abort();
 }
 

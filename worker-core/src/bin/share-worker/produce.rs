@@ -8,6 +8,7 @@ use clap::Args;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use rdkafka::ClientConfig;
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use crate::progress::Progress;
@@ -31,6 +32,16 @@ pub(crate) struct ProduceArgs {
     /// One job per line of this file.
     #[arg(long, conflicts_with = "count")]
     file: Option<PathBuf>,
+    /// A header on every record, `KEY=VALUE` (repeatable; e.g. a W3C `traceparent`).
+    #[arg(long = "header", value_parser = parse_header)]
+    headers: Vec<(String, String)>,
+}
+
+fn parse_header(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("expected KEY=VALUE, found {text:?}")),
+    }
 }
 
 /// Records awaiting the broker's acknowledgement at most.
@@ -76,7 +87,19 @@ pub(crate) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
     let mut done = 0u64;
     for (n, payload) in payloads.enumerate() {
         let key = n.to_string();
-        let record = FutureRecord::to(&args.topic).key(&key).payload(&payload);
+        let mut record = FutureRecord::to(&args.topic).key(&key).payload(&payload);
+        if !args.headers.is_empty() {
+            let headers = args.headers.iter().fold(
+                OwnedHeaders::new_with_capacity(args.headers.len()),
+                |headers, (key, value)| {
+                    headers.insert(Header {
+                        key,
+                        value: Some(value.as_bytes()),
+                    })
+                },
+            );
+            record = record.headers(headers);
+        }
         let queued = producer
             .send_result(record)
             .map_err(|(err, _)| anyhow::anyhow!("queueing a record for {}: {err}", args.topic))?;
