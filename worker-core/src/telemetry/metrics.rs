@@ -139,11 +139,14 @@ impl Metrics {
             .record(took.as_secs_f64(), &[KeyValue::new(names::RESULT, result)]);
     }
 
-    pub(crate) fn fetched(&self, name: &Arc<str>, delivery_count: u16) {
-        let attrs = [topic(name)];
-        self.fetched.add(1, &attrs);
+    /// `records` of topic `name` were fetched (counted once per topic and batch).
+    pub(crate) fn fetched(&self, name: &Arc<str>, records: u64) {
+        self.fetched.add(records, &[topic(name)]);
+    }
+
+    pub(crate) fn delivered(&self, name: &Arc<str>, delivery_count: u16) {
         self.delivery_count
-            .record(u64::from(delivery_count), &attrs);
+            .record(u64::from(delivery_count), &[topic(name)]);
     }
 
     pub(crate) fn completed(&self, name: &Arc<str>, outcome: &'static str, took: Duration) {

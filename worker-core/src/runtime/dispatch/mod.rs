@@ -289,15 +289,30 @@ where
             self.fetch_not_before = Some(now + EMPTY_FETCH_PAUSE);
         }
         self.summary.fetched += batch.len() as u64;
+        self.count_fetched(&batch);
         for delivery in batch {
             self.admit(delivery);
+        }
+    }
+
+    /// Counts a batch per topic: one metric update per run of records of the same topic.
+    fn count_fetched(&self, batch: &[Delivery]) {
+        let mut start = 0;
+        while let Some(first) = batch.get(start) {
+            let topic = &first.id.topic;
+            let run = batch[start..]
+                .iter()
+                .take_while(|d| d.id.topic == *topic)
+                .count();
+            self.metrics.fetched(topic, run as u64);
+            start += run;
         }
     }
 
     /// Gives a fetched record a slot and queues it for its route.
     fn admit(&mut self, delivery: Delivery) {
         let id = &delivery.id;
-        self.metrics.fetched(&id.topic, delivery.delivery_count);
+        self.metrics.delivered(&id.topic, delivery.delivery_count);
         let span = tracing::info_span!(
             "process",
             otel.kind = "consumer",
