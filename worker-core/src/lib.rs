@@ -7,6 +7,8 @@
 //! - [`Worker`] runs tower services ([`Job`] → [`Outcome`]) over a [`source::ShareSource`]: see
 //!   [`runtime`] for the model (slots, renewal, shutdown).
 //! - [`policy`]: retries with backoff, the last attempt to the dead-letter sink ([`dlq`]).
+//! - [`telemetry`]: a span per record continuing its `traceparent`, OpenTelemetry metrics, and the
+//!   share group's lag.
 //! - [`testing::MemoryBroker`] is a share-group broker in memory, for tests without Kafka, and
 //!   [`testing::MemoryDlq`] a dead-letter sink in memory.
 //!
