@@ -314,6 +314,7 @@ where
         let id = &delivery.id;
         self.metrics.delivered(&id.topic, delivery.delivery_count);
         let span = tracing::info_span!(
+            target: telemetry::SPAN_TARGET,
             "process",
             otel.kind = "consumer",
             otel.status_code = Empty,
@@ -391,7 +392,7 @@ where
         );
         if let Some(job) = self.slots.get(key) {
             record_outcome(&job.span, DlqReason::DeliveryLimit.as_str());
-            tracing::warn!(parent: &job.span, "{error}: dead-lettering it without calling the handler");
+            tracing::warn!(parent: &job.span, record = %job.id, "{error}: dead-lettering it without calling the handler");
         }
         self.dead_letter(key, DlqReason::DeliveryLimit, error, Some(delivery));
     }
@@ -482,11 +483,11 @@ where
             Phase::Queued | Phase::Running => {
                 job.lost = true;
                 job.cancel.cancel();
-                tracing::warn!(parent: &job.span, error = %err, "renewal failed: the lock is lost, cancelling the job");
+                tracing::warn!(parent: &job.span, record = %job.id, error = %err, "renewal failed: the lock is lost, cancelling the job");
                 self.unschedule(key);
             }
             Phase::Held => {
-                tracing::warn!(parent: &job.span, error = %err, "renewal failed while the record waited for its retry: the broker delivers it again");
+                tracing::warn!(parent: &job.span, record = %job.id, error = %err, "renewal failed while the record waited for its retry: the broker delivers it again");
                 if let Some(until) = job.held_until.take() {
                     self.holds.cancel(key, until);
                 }
@@ -496,7 +497,7 @@ where
                 // Keep writing it: if its lock ran out at the delivery limit the broker archives
                 // it, and the dead letter is then its only copy. A second copy is possible.
                 job.lost = true;
-                tracing::warn!(parent: &job.span, error = %err, "renewal failed while the record waited for the dead-letter sink: still writing it, it may be dead-lettered twice");
+                tracing::warn!(parent: &job.span, record = %job.id, error = %err, "renewal failed while the record waited for the dead-letter sink: still writing it, it may be dead-lettered twice");
                 self.unschedule(key);
             }
             Phase::Acking(_) => {}

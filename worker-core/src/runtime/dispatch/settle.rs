@@ -36,7 +36,7 @@ where
             }
             Finished::Panicked(message) => {
                 self.summary.panicked += 1;
-                tracing::warn!(parent: &job.span, panic = %message, "handler panicked");
+                tracing::warn!(parent: &job.span, record = %job.id, panic = %message, "handler panicked");
                 (
                     Outcome::retry(format!("handler panicked: {message}")),
                     Cause::Panic,
@@ -46,7 +46,7 @@ where
             Finished::TimedOut => {
                 job.cancel.cancel();
                 self.summary.timed_out += 1;
-                tracing::warn!(parent: &job.span, timeout = ?self.config.job_timeout, "handler timed out");
+                tracing::warn!(parent: &job.span, record = %job.id, timeout = ?self.config.job_timeout, "handler timed out");
                 (
                     Outcome::retry("the job timed out"),
                     Cause::Timeout,
@@ -61,13 +61,13 @@ where
             i64::try_from(took.as_millis()).unwrap_or(i64::MAX),
         );
         if let Some(reason) = outcome.reason() {
-            tracing::info!(parent: &job.span, reason, "{}", outcome.as_str());
+            tracing::info!(parent: &job.span, record = %job.id, reason, "{}", outcome.as_str());
         }
         if job.lost {
             self.summary.late_acks_dropped += 1;
             self.summary.possible_duplicates += 1;
             self.metrics.possible_duplicate(&job.id.topic);
-            tracing::warn!(parent: &job.span, "the lock was lost before the handler finished: outcome dropped, the record may be processed again");
+            tracing::warn!(parent: &job.span, record = %job.id, "the lock was lost before the handler finished: outcome dropped, the record may be processed again");
             self.forget(key);
             return;
         }
@@ -103,7 +103,7 @@ where
         if !self.holds.hold(key, until) {
             self.summary.held_overflow += 1;
             if let Some(job) = self.slots.get(key) {
-                tracing::debug!(parent: &job.span, max_held = self.holds.len(), "too many retries held: releasing without a backoff");
+                tracing::debug!(parent: &job.span, record = %job.id, max_held = self.holds.len(), "too many retries held: releasing without a backoff");
             }
             self.acknowledge(key, AckKind::Release);
             return;
@@ -112,7 +112,7 @@ where
         if let Some(job) = self.slots.get_mut(key) {
             job.phase = Phase::Held;
             job.held_until = Some(until);
-            tracing::debug!(parent: &job.span, ?delay, "holding the record for its retry backoff");
+            tracing::debug!(parent: &job.span, record = %job.id, ?delay, "holding the record for its retry backoff");
         }
     }
 
@@ -152,20 +152,20 @@ where
         };
         let Some(writer) = self.dead_letters.as_mut() else {
             self.summary.rejected_without_dlq += 1;
-            tracing::error!(parent: &job.span, reason = reason.as_str(), error = %error, "no dead-letter sink configured: REJECTING the record, the broker archives it and its payload is kept nowhere");
+            tracing::error!(parent: &job.span, record = %job.id, reason = reason.as_str(), error = %error, "no dead-letter sink configured: REJECTING the record, the broker archives it and its payload is kept nowhere");
             self.acknowledge(key, AckKind::Reject);
             return;
         };
         let Some(mut delivery) = delivery.or_else(|| job.record.take()) else {
             // Not reached: a slot keeps its record whenever a sink is configured.
-            tracing::error!(parent: &job.span, "the record to dead-letter was not kept: releasing it");
+            tracing::error!(parent: &job.span, record = %job.id, "the record to dead-letter was not kept: releasing it");
             self.acknowledge(key, AckKind::Release);
             return;
         };
         job.phase = Phase::DeadLettering;
         job.dlq_reason = Some(reason);
         telemetry::stamp(&job.span, &mut delivery.headers);
-        tracing::warn!(parent: &job.span, reason = reason.as_str(), error = %error, "dead-lettering the record");
+        tracing::warn!(parent: &job.span, record = %job.id, reason = reason.as_str(), error = %error, "dead-lettering the record");
         let letter = DeadLetter {
             delivery,
             reason,
@@ -196,7 +196,7 @@ where
                     return;
                 }
                 if job.lost {
-                    tracing::warn!(parent: &job.span, "dead-lettered, but the lock was lost meanwhile: not rejecting, the broker may deliver it again");
+                    tracing::warn!(parent: &job.span, record = %job.id, "dead-lettered, but the lock was lost meanwhile: not rejecting, the broker may deliver it again");
                     self.summary.possible_duplicates += 1;
                     self.metrics.possible_duplicate(&job.id.topic);
                     self.forget(key);
@@ -216,7 +216,7 @@ where
                     self.dlq_paused = true;
                     tracing::error!(error = %error, "the dead-letter sink is failing: fetching paused; records for it keep their locks until it recovers");
                 } else if let Some(job) = self.slots.get(key) {
-                    tracing::debug!(parent: &job.span, error = %error, "dead-letter write failed: trying again");
+                    tracing::debug!(parent: &job.span, record = %job.id, error = %error, "dead-letter write failed: trying again");
                 }
             }
         }
@@ -250,7 +250,7 @@ where
                 self.summary.possible_duplicates += 1;
                 self.metrics.possible_duplicate(&job.id.topic);
             }
-            tracing::warn!(parent: &job.span, error = %err, ack = kind.as_str(), "acknowledgement failed: the broker will deliver the record again");
+            tracing::warn!(parent: &job.span, record = %job.id, error = %err, ack = kind.as_str(), "acknowledgement failed: the broker will deliver the record again");
         }
     }
 
