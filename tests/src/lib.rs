@@ -24,6 +24,53 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
 }
 
+/// The checksum fault-test records carry next to their sequence number (FNV-1a, 32 bits): a
+/// handler that checks it notices a corrupted or mixed-up payload.
+pub fn checksum(text: &str) -> u32 {
+    text.bytes().fold(0x811c_9dc5_u32, |hash, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// The payload of fault-test record `seq`: `{seq}:{checksum}`.
+pub fn ledger_record(seq: usize) -> String {
+    let seq = seq.to_string();
+    let sum = checksum(&seq);
+    format!("{seq}:{sum}")
+}
+
+/// Every record of partition 0 of `topic`, read from the start up to its end as of the call.
+pub async fn read_all(topic: String) -> anyhow::Result<Vec<OwnedMessage>> {
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = client_config()
+            .set("group.id", unique("reader"))
+            .set("enable.auto.commit", "false")
+            .create()?;
+        let (low, high) = consumer.fetch_watermarks(&topic, 0, Duration::from_secs(10))?;
+        let mut out = Vec::new();
+        if high <= low {
+            return Ok(out);
+        }
+        let mut assignment = TopicPartitionList::new();
+        assignment.add_partition_offset(&topic, 0, Offset::Offset(low))?;
+        consumer.assign(&assignment)?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while out.len() < usize::try_from(high - low)? {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "{} of {} records of {topic} within 60 s",
+                out.len(),
+                high - low
+            );
+            if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+                out.push(message?.detach());
+            }
+        }
+        Ok(out)
+    })
+    .await?
+}
+
 /// An rdkafka client configuration pointed at the test broker.
 pub fn client_config() -> ClientConfig {
     let mut config = ClientConfig::new();

@@ -1,0 +1,79 @@
+//! A worker process for the fault tests: it handles `{seq}:{checksum}` records by sleeping, then
+//! appending `seq` to a ledger file before it returns success, with a dead-letter topic
+//! `{topic}.dlq`. Tests SIGKILL it and start it again.
+//!
+//! `ledger_worker BOOTSTRAP GROUP TOPIC LEDGER DELAY_MS CONCURRENCY`
+//!
+//! The ledger line is written with one `write(2)` to a file opened for appending: once written it
+//! is in the kernel and survives the process being killed (the tests kill processes, not machines).
+
+use std::convert::Infallible;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tests::checksum;
+use tower::service_fn;
+use worker_core::dlq::KafkaDlqSink;
+use worker_core::kafka::KafkaSource;
+use worker_core::{Job, Outcome, Worker};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [bootstrap, group, topic, ledger, delay_ms, concurrency] = &args[..] else {
+        bail!("usage: ledger_worker BOOTSTRAP GROUP TOPIC LEDGER DELAY_MS CONCURRENCY");
+    };
+    let delay = Duration::from_millis(delay_ms.parse().context("DELAY_MS")?);
+    let concurrency: usize = concurrency.parse().context("CONCURRENCY")?;
+    let ledger = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(ledger)
+        .with_context(|| format!("opening the ledger {ledger}"))?;
+    let ledger = Arc::new(Mutex::new(ledger));
+    let source = KafkaSource::builder(bootstrap.as_str(), group.as_str())
+        .topic(topic.as_str())
+        .build()
+        .await?;
+    let dlq = KafkaDlqSink::builder(bootstrap.as_str(), group.as_str()).build()?;
+    let worker = Worker::builder(source)
+        .route(
+            topic.as_str(),
+            service_fn(move |job: Job| handle(job, delay, ledger.clone())),
+        )
+        .concurrency(concurrency)
+        .dlq(Arc::new(dlq))
+        .build()?;
+    let summary = worker.run_until_signal().await?;
+    eprintln!("ledger_worker: {summary:?}");
+    Ok(())
+}
+
+async fn handle(
+    job: Job,
+    delay: Duration,
+    ledger: Arc<Mutex<File>>,
+) -> Result<Outcome, Infallible> {
+    let Some(seq) = job
+        .payload()
+        .and_then(|p| std::str::from_utf8(p).ok())
+        .and_then(|text| text.split_once(':'))
+        .filter(|(seq, sum)| *sum == checksum(seq).to_string())
+        .map(|(seq, _)| seq.to_owned())
+    else {
+        return Ok(Outcome::undecodable("not a {seq}:{checksum} record"));
+    };
+    tokio::time::sleep(delay).await;
+    let line = format!("{seq}\n");
+    let written = ledger
+        .lock()
+        .map_err(|_| ())
+        .and_then(|mut file| file.write_all(line.as_bytes()).map_err(|_| ()));
+    Ok(match written {
+        Ok(()) => Outcome::Accept,
+        Err(()) => Outcome::retry("cannot write the ledger"),
+    })
+}
