@@ -50,7 +50,8 @@ async fn source(topic: &str, group: &str) -> anyhow::Result<KafkaSource> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hundred_thousand_records_are_all_accepted_once_and_the_lag_drains() -> anyhow::Result<()> {
+async fn a_hundred_thousand_records_are_all_accepted_once_and_the_lag_drains() -> anyhow::Result<()>
+{
     const RECORDS: usize = 100_000;
     let (admin, topic, group) = prepared(RECORDS, None).await?;
     let seen = Arc::new(Mutex::new(HashSet::new()));

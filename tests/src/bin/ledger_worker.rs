@@ -2,7 +2,11 @@
 //! appending `seq` to a ledger file before it returns success, with a dead-letter topic
 //! `{topic}.dlq`. Tests SIGKILL it and start it again.
 //!
-//! `ledger_worker BOOTSTRAP GROUP TOPIC LEDGER DELAY_MS CONCURRENCY`
+//! `ledger_worker BOOTSTRAP GROUP TOPIC LEDGER DELAY_MS CONCURRENCY [faults]`
+//!
+//! With `faults`, the handler panics on the first attempt of every record whose sequence number is
+//! a multiple of 100 (1 %), and a record produced as `{seq}:{checksum}:poison` always fails (it
+//! ends in the DLQ after its attempts).
 //!
 //! The ledger line is written with one `write(2)` to a file opened for appending: once written it
 //! is in the kernel and survives the process being killed (the tests kill processes, not machines).
@@ -18,13 +22,18 @@ use tests::checksum;
 use tower::service_fn;
 use worker_core::dlq::KafkaDlqSink;
 use worker_core::kafka::KafkaSource;
+use worker_core::policy::Backoff;
 use worker_core::{Job, Outcome, Worker};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [bootstrap, group, topic, ledger, delay_ms, concurrency] = &args[..] else {
-        bail!("usage: ledger_worker BOOTSTRAP GROUP TOPIC LEDGER DELAY_MS CONCURRENCY");
+    let (bootstrap, group, topic, ledger, delay_ms, concurrency, faults) = match &args[..] {
+        [b, g, t, l, d, c] => (b, g, t, l, d, c, false),
+        [b, g, t, l, d, c, f] if f == "faults" => (b, g, t, l, d, c, true),
+        _ => {
+            bail!("usage: ledger_worker BOOTSTRAP GROUP TOPIC LEDGER DELAY_MS CONCURRENCY [faults]")
+        }
     };
     let delay = Duration::from_millis(delay_ms.parse().context("DELAY_MS")?);
     let concurrency: usize = concurrency.parse().context("CONCURRENCY")?;
@@ -42,9 +51,13 @@ async fn main() -> anyhow::Result<()> {
     let worker = Worker::builder(source)
         .route(
             topic.as_str(),
-            service_fn(move |job: Job| handle(job, delay, ledger.clone())),
+            service_fn(move |job: Job| handle(job, delay, faults, ledger.clone())),
         )
         .concurrency(concurrency)
+        .backoff(Backoff::exponential(
+            Duration::from_millis(200),
+            Duration::from_secs(2),
+        ))
         .dlq(Arc::new(dlq))
         .build()?;
     let summary = worker.run_until_signal().await?;
@@ -55,19 +68,29 @@ async fn main() -> anyhow::Result<()> {
 async fn handle(
     job: Job,
     delay: Duration,
+    faults: bool,
     ledger: Arc<Mutex<File>>,
 ) -> Result<Outcome, Infallible> {
-    let Some(seq) = job
-        .payload()
-        .and_then(|p| std::str::from_utf8(p).ok())
-        .and_then(|text| text.split_once(':'))
-        .filter(|(seq, sum)| *sum == checksum(seq).to_string())
-        .map(|(seq, _)| seq.to_owned())
-    else {
+    let text = job.payload().and_then(|p| std::str::from_utf8(p).ok());
+    let mut fields = text.unwrap_or_default().split(':');
+    let (Some(seq), Some(sum), poison) = (fields.next(), fields.next(), fields.next()) else {
         return Ok(Outcome::undecodable("not a {seq}:{checksum} record"));
     };
+    let Some(number) = seq
+        .parse::<u64>()
+        .ok()
+        .filter(|_| sum == checksum(seq).to_string())
+    else {
+        return Ok(Outcome::undecodable("the checksum does not match"));
+    };
     tokio::time::sleep(delay).await;
-    let line = format!("{seq}\n");
+    if faults && poison == Some("poison") {
+        return Ok(Outcome::retry("poison: this record always fails"));
+    }
+    if faults && number % 100 == 0 && job.attempt() == 1 {
+        panic!("the first attempt of record {number} panics");
+    }
+    let line = format!("{number}\n");
     let written = ledger
         .lock()
         .map_err(|_| ())
