@@ -112,29 +112,46 @@ async fn setup_produce_run(
     lines: &[&str],
 ) -> Value {
     let cfg = config_path.to_str().expect("utf-8 path");
-    let out = share_worker(&["setup", "--config", cfg, "--partitions", "2"], &[]).await;
-    assert_ok(&out, "setup");
-    let jobs = scratch.write("jobs.txt", &lines.join("\n"));
+    setup_and_produce(scratch, cfg, topic, 2, lines, &[]).await;
+    run_until_idle(scratch, cfg).await
+}
+
+/// `setup` with `partitions` partitions, then `produce` one record per line of `lines` (with the
+/// `extra` produce arguments, e.g. headers).
+async fn setup_and_produce(
+    scratch: &Scratch,
+    cfg: &str,
+    topic: &str,
+    partitions: u32,
+    lines: &[&str],
+    extra: &[&str],
+) {
+    let partitions = partitions.to_string();
     let out = share_worker(
-        &[
-            "produce",
-            "--bootstrap",
-            &bootstrap(),
-            "--topic",
-            topic,
-            "--file",
-            jobs.to_str().expect("utf-8 path"),
-        ],
+        &["setup", "--config", cfg, "--partitions", &partitions],
         &[],
     )
     .await;
+    assert_ok(&out, "setup");
+    let jobs = scratch.write("jobs.txt", &lines.join("\n"));
+    let jobs = jobs.to_str().expect("utf-8 path");
+    let bootstrap = bootstrap();
+    let produce = [
+        "produce",
+        "--bootstrap",
+        &bootstrap,
+        "--topic",
+        topic,
+        "--file",
+        jobs,
+    ];
+    let out = share_worker(&[&produce[..], extra].concat(), &[]).await;
     assert_ok(&out, "produce");
     assert!(
         text(&out.stdout).contains(&format!("produced {} records", lines.len())),
         "{}",
         text(&out.stdout)
     );
-    run_until_idle(scratch, cfg).await
 }
 
 async fn run_until_idle(scratch: &Scratch, cfg: &str) -> Value {
@@ -519,23 +536,8 @@ async fn metrics_move_during_a_run_with_retries_and_dead_letters() {
         );
     let cfg = scratch.write("worker.toml", &text_cfg);
     let cfg = cfg.to_str().unwrap();
-    let out = share_worker(&["setup", "--config", cfg, "--partitions", "2"], &[]).await;
-    assert_ok(&out, "setup");
-    let jobs = scratch.write("jobs.txt", "ok-1\nok-2\nslow-1\nbad-1\nsleepy-1");
-    let out = share_worker(
-        &[
-            "produce",
-            "--bootstrap",
-            &bootstrap(),
-            "--topic",
-            &topic,
-            "--file",
-            jobs.to_str().expect("utf-8 path"),
-        ],
-        &[],
-    )
-    .await;
-    assert_ok(&out, "produce");
+    let lines = ["ok-1", "ok-2", "slow-1", "bad-1", "sleepy-1"];
+    setup_and_produce(&scratch, cfg, &topic, 2, &lines, &[]).await;
 
     let mut run = Command::new(BIN);
     run.args(["run", "--config", cfg, "--exit-when-idle", "5s"])
@@ -754,28 +756,9 @@ async fn spans_and_metrics_reach_an_otlp_collector_and_dead_letters_keep_the_tra
     );
     let cfg = scratch.write("worker.toml", &text_cfg);
     let cfg = cfg.to_str().unwrap();
-    let out = share_worker(&["setup", "--config", cfg, "--partitions", "1"], &[]).await;
-    assert_ok(&out, "setup");
-    let jobs = scratch.write("jobs.txt", "ok-1\nbad-1");
     let traceparent = format!("traceparent=00-{TRACE}-{PARENT}-01");
-    let out = share_worker(
-        &[
-            "produce",
-            "--bootstrap",
-            &bootstrap(),
-            "--topic",
-            &topic,
-            "--file",
-            jobs.to_str().unwrap(),
-            "--header",
-            &traceparent,
-            "--header",
-            "tracestate=vendor=7",
-        ],
-        &[],
-    )
-    .await;
-    assert_ok(&out, "produce");
+    let headers = ["--header", &traceparent, "--header", "tracestate=vendor=7"];
+    setup_and_produce(&scratch, cfg, &topic, 1, &["ok-1", "bad-1"], &headers).await;
     let stats = run_until_idle(&scratch, cfg).await;
     assert_eq!((count(&stats, "accepted"), count(&stats, "dlq")), (1, 1));
 
@@ -913,25 +896,7 @@ async fn a_record_whose_worker_keeps_dying_ends_in_the_dlq() {
     );
     let cfg_path = scratch.write("worker.toml", &config(&group, &topic, &route));
     let cfg = cfg_path.to_str().expect("utf-8 path");
-    assert_ok(
-        &share_worker(&["setup", "--config", cfg, "--partitions", "1"], &[]).await,
-        "setup",
-    );
-    let jobs = scratch.write("jobs.txt", "stuck");
-    let out = share_worker(
-        &[
-            "produce",
-            "--bootstrap",
-            &bootstrap(),
-            "--topic",
-            &topic,
-            "--file",
-            jobs.to_str().expect("utf-8 path"),
-        ],
-        &[],
-    )
-    .await;
-    assert_ok(&out, "produce");
+    setup_and_produce(&scratch, cfg, &topic, 1, &["stuck"], &[]).await;
 
     let admin = worker_core::kafka::Admin::connect(bootstrap())
         .await
