@@ -84,7 +84,8 @@ impl<S: ShareSource> WorkerBuilder<S> {
         self
     }
 
-    /// The most records one fetch asks for; a fetch asks for min(free slots, this). Default 500.
+    /// The most records one fetch asks for; a fetch asks for min(free handler slots, this).
+    /// Default 500.
     pub fn max_poll_records(mut self, max: u32) -> Self {
         self.config.max_poll_records = max;
         self

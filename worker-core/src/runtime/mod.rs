@@ -1,9 +1,12 @@
 //! The worker runtime: a continuous, bounded pipeline from a [`ShareSource`] to tower services.
 //!
 //! A [`Worker`] keeps up to `concurrency` handlers busy. Each record holds one slot from the fetch
-//! that acquired it until the broker has answered its acknowledgement, and the worker fetches
-//! exactly min(free slots, `max_poll_records`) records, never with no free slot: it never holds
-//! more records than it can run, and there is no unbounded queue anywhere.
+//! that acquired it until the broker has answered its acknowledgement. The worker fetches exactly
+//! min(`concurrency` − records not yet handed to the source for acknowledgement,
+//! `max_poll_records`) records, never 0: it never holds more unfinished records than it can run,
+//! and a finished record's acknowledgement rides on (or overlaps) the fetch of its successor
+//! instead of delaying it by a round trip. At most 2 × `concurrency` records are held, half of them
+//! only while their acknowledgements are on the way; there is no unbounded queue anywhere.
 //!
 //! - **Outcome → acknowledgement.** The moment a handler returns, its [`Outcome`](crate::Outcome)
 //!   becomes ACCEPT, RELEASE (`Retry`) or REJECT and goes to the source, which sends it with the

@@ -1,5 +1,6 @@
 //! The fixed table of in-flight records: one slot per record from fetch until its acknowledgement
-//! is answered. Its size is the concurrency; the fetch loop asks for at most the free slots.
+//! is answered. Its size is twice the concurrency: the fetch loop keeps the records not yet being
+//! acknowledged within the concurrency, and those being acknowledged use the other half.
 
 use std::time::Duration;
 

@@ -122,7 +122,7 @@ where
             source,
             config,
             routes,
-            slots: Slots::new(config.concurrency),
+            slots: Slots::new(config.concurrency.saturating_mul(2)),
             renewals: Deadlines::default(),
             running: FuturesUnordered::new(),
             acking: FuturesUnordered::new(),
@@ -233,7 +233,10 @@ where
         progress
     }
 
-    /// Asks for min(free slots, max_poll_records) records, if fetching is allowed now.
+    /// Asks for min(concurrency − unfinished records, max_poll_records) records, if fetching is
+    /// allowed now. Records whose acknowledgement is on the way do not count: the fetch carries (or
+    /// overlaps) their acknowledgements, so a finished handler's successor does not wait a round
+    /// trip for the broker's answer first.
     fn start_fetch(&mut self, now: Instant) -> bool {
         if self.stopping.is_some() || self.fetch.is_some() {
             return false;
@@ -251,11 +254,16 @@ where
             }
             self.fetch_not_before = None;
         }
-        let free = self.slots.free();
-        if free == 0 {
+        let unfinished = self.slots.held().saturating_sub(self.acking.len());
+        let room = self
+            .config
+            .concurrency
+            .saturating_sub(unfinished)
+            .min(self.slots.free());
+        if room == 0 {
             return false;
         }
-        let max = u32::try_from(free)
+        let max = u32::try_from(room)
             .unwrap_or(u32::MAX)
             .min(self.config.max_poll_records);
         self.fetch = Some(Box::pin(self.source.fetch(max)));
