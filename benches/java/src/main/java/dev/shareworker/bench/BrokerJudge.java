@@ -34,6 +34,7 @@ import java.util.Properties;
  * end-offsets TOPIC              the topic's end offsets: {"records":TOTAL,"partitions":[N0,N1,...]}
  * earliest GROUP                  set share.auto.offset.reset=earliest on GROUP (before it exists)
  * group-config GROUP KEY VALUE    set one group config (e.g. share.record.lock.duration.ms) and read it back
+ * assigned GROUP                  members of the group with partitions assigned: {"members":M,"assigned":N}
  * lag GROUP                       the group's total lag; {"lag":null} until every partition has state
  * wait GROUP TIMEOUT_MS POLL_MS   poll lag until 0; {"lag":0,"t_ms":EPOCH_MS} or the last lag on timeout
  * delete-groups G1 G2 ...         delete share groups (best effort)
@@ -96,6 +97,8 @@ public final class BrokerJudge {
                 return earliest(rest.get(0));
             case "group-config":
                 return groupConfig(rest.get(0), rest.get(1), rest.get(2));
+            case "assigned":
+                return assigned(rest.get(0));
             case "lag":
                 return lagJson(lag(rest.get(0)));
             case "wait":
@@ -139,6 +142,22 @@ public final class BrokerJudge {
         ConfigEntry entry = admin.describeConfigs(List.of(resource)).all().get().get(resource).get(key);
         String now = entry == null ? "unset" : entry.value();
         return "{\"group\":\"" + group + "\",\"" + key + "\":\"" + now + "\"}";
+    }
+
+    private String assigned(String group) throws Exception {
+        org.apache.kafka.clients.admin.ShareGroupDescription description;
+        try {
+            description = admin.describeShareGroups(List.of(group)).all().get().get(group);
+        } catch (java.util.concurrent.ExecutionException e) {
+            if (e.getCause() instanceof org.apache.kafka.common.errors.GroupIdNotFoundException) {
+                return "{\"members\":0,\"assigned\":0}";
+            }
+            throw e;
+        }
+        int members = description == null ? 0 : description.members().size();
+        long partitions = description == null ? 0 : description.members().stream()
+            .mapToLong(m -> m.assignment().topicPartitions().size()).sum();
+        return "{\"members\":" + members + ",\"assigned\":" + partitions + "}";
     }
 
     /** Total lag over the group's partitions; null while some partition has no lag yet (no state). */
