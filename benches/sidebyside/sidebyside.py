@@ -679,11 +679,12 @@ def write_report(path, ctx, scs, results, broker_check, ours_available):
                      "in flight needs ≥ 5 partitions). Slope = (RSS at 10k − RSS at 1k) ÷ 9,000, per round. Target ≤ 4 KiB "
                      "per record (the record's own 1 KiB payload included).")
         lines.append("")
-        lines.append("| in flight | contender | VmRSS MiB | time to C running, s |")
-        lines.append("|---|---|---:|---:|")
+        lines.append("| in flight | contender | VmRSS MiB, parked | peak RSS MiB (whole run) | time to C running, s |")
+        lines.append("|---|---|---:|---:|---:|")
         for sc in rss:
             for c in sc.contenders:
                 lines.append(f"| {sc.name} | {c.name} | {rep_cell(sc.name, c.name, lambda r: r.rss_now_kib / 1024 if r.rss_now_kib else None, '{:.1f}')} | "
+                             f"{rep_cell(sc.name, c.name, lambda r: r.rss_kib / 1024, '{:.1f}')} | "
                              f"{rep_cell(sc.name, c.name, lambda r: r.wall_s, '{:.1f}')} |")
         slopes = []
         if len(rss) == 2:
@@ -695,7 +696,7 @@ def write_report(path, ctx, scs, results, broker_check, ours_available):
                     slopes.append((b[0].rss_now_kib - a[0].rss_now_kib) / (hi.concurrency - lo.concurrency))
         ctx["rss_slope"] = slopes
         lines.append(f"| **slope** | {rss[0].contenders[0].name} | **{fmt_range(slopes, '{:.2f}')} KiB per "
-                     "in-flight record** | |")
+                     "in-flight record** | | |")
         lines.append("")
 
     renew = [sc for sc in scs if sc.section == "renew"]
