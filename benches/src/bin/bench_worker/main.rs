@@ -3,7 +3,7 @@
 //! ```text
 //! bench_worker --bootstrap-server HOST:PORT --topic T --group G --records N --concurrency C
 //!              --handler noop|sleep:MS|heavy:FAST:SLOW:PCT|park
-//!              [--latency] [--shutdown-grace-ms MS]
+//!              [--latency] [--profile] [--shutdown-grace-ms MS] [--max-poll-records M] [--max-wait-ms MS]
 //! ```
 //!
 //! Joins group `G` on `T`, runs `C` handlers at once and ACCEPTs each record when its handler
@@ -105,14 +105,20 @@ struct Args {
     concurrency: usize,
     handler: Handler,
     latency: bool,
+    profile: bool,
     shutdown_grace: Option<Duration>,
+    /// Default: the concurrency.
+    max_poll_records: Option<u32>,
+    /// Default: the source's (500 ms).
+    max_wait: Option<Duration>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut args = std::env::args().skip(1);
     let (mut bootstrap, mut topic, mut group) = (None, None, None);
     let (mut records, mut concurrency, mut handler) = (None, 500, Handler::Noop);
-    let (mut latency, mut shutdown_grace) = (false, None);
+    let (mut latency, mut shutdown_grace, mut profile) = (false, None, false);
+    let (mut max_poll_records, mut max_wait) = (None, None);
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
@@ -133,6 +139,21 @@ fn parse_args() -> Result<Args, String> {
             }
             "--handler" => handler = Handler::parse(&value()?)?,
             "--latency" => latency = true,
+            "--profile" => profile = true,
+            "--max-poll-records" => {
+                max_poll_records = Some(
+                    value()?
+                        .parse()
+                        .map_err(|_| "--max-poll-records: expected a count")?,
+                )
+            }
+            "--max-wait-ms" => {
+                max_wait = Some(Duration::from_millis(
+                    value()?
+                        .parse()
+                        .map_err(|_| "--max-wait-ms: expected milliseconds")?,
+                ))
+            }
             "--shutdown-grace-ms" => {
                 shutdown_grace = Some(Duration::from_millis(
                     value()?
@@ -151,7 +172,10 @@ fn parse_args() -> Result<Args, String> {
         concurrency,
         handler,
         latency,
+        profile,
         shutdown_grace,
+        max_poll_records,
+        max_wait,
     })
 }
 
@@ -172,12 +196,14 @@ async fn main() {
 
 async fn run(args: Args) -> worker_core::Result<()> {
     let started = Instant::now();
-    let kafka = KafkaSource::builder(&args.bootstrap, &args.group)
+    let mut kafka = KafkaSource::builder(&args.bootstrap, &args.group)
         .topic(&args.topic)
-        .client_id("bench-worker")
-        .build()
-        .await?;
-    let observed = Observed::new(args.latency);
+        .client_id("bench-worker");
+    if let Some(max_wait) = args.max_wait {
+        kafka = kafka.max_wait(max_wait);
+    }
+    let kafka = kafka.build().await?;
+    let observed = Observed::new(args.latency, args.profile);
     let source = BenchSource::new(kafka, observed.clone());
     let handled = Arc::new(AtomicU64::new(0));
     let running = Arc::new(AtomicU64::new(0));
@@ -204,7 +230,10 @@ async fn run(args: Args) -> worker_core::Result<()> {
             }),
         )
         .concurrency(args.concurrency)
-        .max_poll_records(args.concurrency.min(u32::MAX as usize) as u32);
+        .max_poll_records(
+            args.max_poll_records
+                .unwrap_or(args.concurrency.min(u32::MAX as usize) as u32),
+        );
     if let Some(grace) = args.shutdown_grace {
         builder = builder.shutdown_grace(grace);
     }
@@ -236,7 +265,7 @@ async fn run(args: Args) -> worker_core::Result<()> {
     let elapsed = started.elapsed().as_secs_f64();
     let min_lock = observed.min_lock_ms.load(Ordering::Relaxed);
     println!(
-        "{{\"contender\":\"share-worker\",\"records\":{},\"accepted\":{},\"elapsed_s\":{elapsed:.3},\"records_per_s\":{:.1},\"renewals\":{},\"renewal_failures\":{},\"renew_span_s\":{:.3},\"ack_failures\":{},\"fetched\":{},\"redelivered\":{},\"max_delivery_count\":{},\"lock_ms\":[{},{}],\"released_on_shutdown\":{},\"latency_basis\":\"record timestamp to the broker's answer to the ACCEPT\",\"latency_ms\":{}}}",
+        "{{\"contender\":\"share-worker\",\"records\":{},\"accepted\":{},\"elapsed_s\":{elapsed:.3},\"records_per_s\":{:.1},\"renewals\":{},\"renewal_failures\":{},\"renew_span_s\":{:.3},\"ack_failures\":{},\"fetched\":{},\"redelivered\":{},\"max_delivery_count\":{},\"lock_ms\":[{},{}],\"released_on_shutdown\":{},\"latency_basis\":\"record timestamp to the broker's answer to the ACCEPT\",\"latency_ms\":{},\"profile\":{}}}",
         args.records,
         summary.accepted,
         summary.accepted as f64 / elapsed.max(1e-9),
@@ -251,6 +280,7 @@ async fn run(args: Args) -> worker_core::Result<()> {
         observed.max_lock_ms.load(Ordering::Relaxed),
         summary.released_on_shutdown,
         observed.latency_json(),
+        observed.profile_json(),
     );
     Ok(())
 }

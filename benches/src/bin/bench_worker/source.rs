@@ -8,6 +8,9 @@
 //!   when an ACCEPT's receipt resolves OK (the broker answered the acknowledgement), now − record
 //!   timestamp goes into the latency list. That is produce time (CreateTime, set by the producer)
 //!   to the broker's answer to the acknowledgement, as the worker learns it.
+//! - With profiling on (`--profile`): fetch calls and their durations, the time between fetches,
+//!   how long each record is held from its fetch's return to its acknowledge call, and how long the
+//!   acknowledgement then takes to be answered (sums, for averages in the summary line).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,13 +34,30 @@ pub(crate) struct Observed {
     pending: Option<Mutex<HashMap<DeliveryId, i64>>>,
     /// Produce → acknowledgement answered, milliseconds.
     latencies: Mutex<Vec<u32>>,
+    profile: Option<Profile>,
+}
+
+/// Where a record's slot time goes (sums in microseconds).
+#[derive(Default)]
+pub(crate) struct Profile {
+    fetches: AtomicU64,
+    empty_fetches: AtomicU64,
+    fetch_us: AtomicU64,
+    gap_us: AtomicU64,
+    last_fetch_end: Mutex<Option<Instant>>,
+    fetched_at: Mutex<HashMap<DeliveryId, Instant>>,
+    held: AtomicU64,
+    held_us: AtomicU64,
+    answered: AtomicU64,
+    answer_us: AtomicU64,
 }
 
 impl Observed {
-    pub(crate) fn new(timing: bool) -> Arc<Self> {
+    pub(crate) fn new(timing: bool, profile: bool) -> Arc<Self> {
         Arc::new(Observed {
             min_lock_ms: AtomicU64::new(u64::MAX),
             pending: timing.then(|| Mutex::new(HashMap::new())),
+            profile: profile.then(Profile::default),
             ..Observed::default()
         })
     }
@@ -68,6 +88,27 @@ impl Observed {
             q(0.999),
             all[all.len() - 1],
             all.len()
+        )
+    }
+
+    /// `{"fetches":..,"empty_fetches":..,"avg_fetch_ms":..,"avg_gap_ms":..,"avg_records_per_fetch":..,
+    /// "avg_held_ms":..,"avg_ack_answer_ms":..}` or `null`.
+    pub(crate) fn profile_json(&self) -> String {
+        let Some(p) = &self.profile else {
+            return "null".to_owned();
+        };
+        let avg = |sum: &AtomicU64, n: &AtomicU64| {
+            sum.load(Ordering::Relaxed) as f64 / 1000.0 / n.load(Ordering::Relaxed).max(1) as f64
+        };
+        let fetches = p.fetches.load(Ordering::Relaxed);
+        format!(
+            "{{\"fetches\":{fetches},\"empty_fetches\":{},\"avg_fetch_ms\":{:.2},\"avg_gap_ms\":{:.2},\"avg_records_per_fetch\":{:.1},\"avg_held_ms\":{:.2},\"avg_ack_answer_ms\":{:.2}}}",
+            p.empty_fetches.load(Ordering::Relaxed),
+            avg(&p.fetch_us, &p.fetches),
+            avg(&p.gap_us, &p.fetches),
+            self.fetched.load(Ordering::Relaxed) as f64 / fetches.max(1) as f64,
+            avg(&p.held_us, &p.held),
+            avg(&p.answer_us, &p.answered),
         )
     }
 
@@ -105,7 +146,27 @@ impl<S> BenchSource<S> {
 
 impl<S: ShareSource> ShareSource for BenchSource<S> {
     async fn fetch(&self, max_records: u32) -> Result<Vec<Delivery>> {
+        let started = Instant::now();
         let deliveries = self.inner.fetch(max_records).await?;
+        if let Some(p) = &self.observed.profile {
+            let now = Instant::now();
+            p.fetches.fetch_add(1, Ordering::Relaxed);
+            if deliveries.is_empty() {
+                p.empty_fetches.fetch_add(1, Ordering::Relaxed);
+            }
+            p.fetch_us
+                .fetch_add((now - started).as_micros() as u64, Ordering::Relaxed);
+            if let Some(last) = p.last_fetch_end.lock().unwrap().replace(now) {
+                p.gap_us.fetch_add(
+                    started.saturating_duration_since(last).as_micros() as u64,
+                    Ordering::Relaxed,
+                );
+            }
+            let mut at = p.fetched_at.lock().unwrap();
+            for delivery in &deliveries {
+                at.insert(delivery.id.clone(), now);
+            }
+        }
         for delivery in &deliveries {
             self.observed.saw(delivery);
         }
@@ -120,6 +181,29 @@ impl<S: ShareSource> ShareSource for BenchSource<S> {
 
     fn acknowledge(&self, id: &DeliveryId, kind: AckKind) -> AckReceipt {
         let receipt = self.inner.acknowledge(id, kind);
+        let receipt = match &self.observed.profile {
+            Some(p) => {
+                let now = Instant::now();
+                if let Some(at) = p.fetched_at.lock().unwrap().remove(id) {
+                    p.held.fetch_add(1, Ordering::Relaxed);
+                    p.held_us
+                        .fetch_add((now - at).as_micros() as u64, Ordering::Relaxed);
+                }
+                let (answer, ours) = AckReceipt::channel();
+                let observed = self.observed.clone();
+                tokio::spawn(async move {
+                    let result = receipt.await;
+                    if let Some(p) = &observed.profile {
+                        p.answered.fetch_add(1, Ordering::Relaxed);
+                        p.answer_us
+                            .fetch_add(now.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    }
+                    answer.send(result);
+                });
+                ours
+            }
+            None => receipt,
+        };
         let Some(pending) = &self.observed.pending else {
             return receipt;
         };
