@@ -245,3 +245,23 @@ impl<S: ShareSource> ShareSource for BenchSource<S> {
         self.inner.delivery_limit().await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_quantiles_are_nearest_rank() {
+        let observed = Observed::new(true, false);
+        assert_eq!(observed.latency_json(), "null");
+        observed
+            .latencies
+            .lock()
+            .unwrap()
+            .extend((1..=1000).rev().map(|ms| ms as u32));
+        assert_eq!(
+            observed.latency_json(),
+            "{\"p50\":500,\"p99\":990,\"p999\":999,\"max\":1000,\"count\":1000}"
+        );
+    }
+}
