@@ -60,11 +60,15 @@ class Contender:
     threads: int = 1
     max_poll_records: int = 500
     acquire_mode: str = ""  # "" = the client's default (batch_optimized)
+    # Stop after this many seconds even without lag 0; the rate then comes from the broker's lag
+    # drop (first reported lag -> last lag) over that window. 0 = run to lag 0.
+    window_s: float = 0.0
+    extra: tuple = ()  # more arguments for this contender's command line
 
 
 @dataclass
 class Scenario:
-    section: str  # "noop" | "slow" | "heavy"
+    section: str  # "noop" | "slow" | "heavy" | "latency" | "rss" | "renew"
     name: str
     topic: Topic
     handler: str
@@ -72,6 +76,9 @@ class Scenario:
     latency_ms: float  # mean handler latency, for the slow-handler limit
     contenders: list
     topic_name: str = ""
+    group_configs: tuple = ()  # (key, value) pairs set on each run's group before it starts
+    rate: int = 0  # latency: records/s produced while the contender runs
+    seconds: int = 0  # latency: for how long
 
 
 @dataclass
@@ -92,6 +99,9 @@ class Result:
     group: str = ""
     first_lag_s: float = float("nan")  # spawn -> the broker first reports a lag for every partition
     first_lag: object = None  # that lag
+    last_lag: object = None  # windowed runs: the lag when the window ended
+    last_lag_s: float = float("nan")
+    rss_now_kib: int = 0  # rss: VmRSS while the handlers are parked
 
 
 def say(msg):
@@ -153,8 +163,9 @@ def scenarios(quick):
         # K consumers x max.poll.records = N (BENCHMARKS.md); record_limit makes max.poll.records a
         # hard cap on what each consumer holds (batch_optimized acquires whole batches).
         k, mpr = {10: (10, 1), 100: (20, 5), 1000: (50, 20)}[n]
+        window = (25.0 if quick else 60.0) if n == 1000 else 0.0
         return Contender(f"Java {k} threads x {mpr} records", "explicit, per record", "java-explicit",
-                         threads=k, max_poll_records=mpr, acquire_mode="record_limit")
+                         threads=k, max_poll_records=mpr, acquire_mode="record_limit", window_s=window)
 
     out = []
     noop_counts = {100: 50_000, 1024: 20_000} if quick else {100: 500_000, 1024: 200_000}
@@ -164,7 +175,7 @@ def scenarios(quick):
                                 Topic(parts, size, noop_counts[size]), "noop", 500, 0.0,
                                 [java1, perf, ours]))
     # Sized for the Java K-thread loops, which reach only a few % of the limit on 4.2 (see README).
-    slow = {10: 200, 100: 2_000} if quick else {10: 1_000, 100: 5_000, 1000: 20_000}
+    slow = {10: 200, 100: 2_000, 1000: 20_000} if quick else {10: 1_000, 100: 5_000, 1000: 60_000}
     for n, count in slow.items():
         out.append(Scenario("slow", f"sleep 50 ms, N={n}, P=4, 100 B", Topic(4, 100, count),
                             "sleep:50", n, 50.0, [java_k(n), ours]))
@@ -172,6 +183,34 @@ def scenarios(quick):
     out.append(Scenario("heavy", "heavy tail 95% 20 ms / 5% 2 s, N=100, P=4, 100 B",
                         Topic(4, 100, heavy_count), "heavy:20:2000:5", 100,
                         0.95 * 20 + 0.05 * 2000, [java_k(100), ours]))
+
+    # End-to-end latency at a fixed produce rate, below either contender's saturation: a fresh
+    # empty topic per run, the contender joins, then ProducerPerformance produces at RATE for SECONDS.
+    rate, secs = 2_000, (10 if quick else 60)
+    java_lat = Contender("Java explicit-ack loop", "explicit, per record", "java-explicit",
+                         extra=("--latency-basis", "commit"))
+    ours_lat = Contender(ours.name, ours.ack, "ours", extra=("--latency",))
+    out.append(Scenario("latency", f"{rate:,} records/s for {secs} s, P=4, 100 B",
+                        Topic(4, 100, rate * secs), "noop", 500, 0.0, [java_lat, ours_lat],
+                        rate=rate, seconds=secs))
+
+    # RSS per in-flight record: handlers parked, 1k and 10k records in flight, 1 KiB records.
+    # 8 partitions x 1,250 records stay under group.share.partition.max.record.locks (2,000 on 4.2).
+    ours_park = Contender(ours.name, ours.ack, "ours", extra=("--shutdown-grace-ms", "1000"))
+    rss_topic = Topic(8, 1024, 10_000)
+    for n in (1_000, 10_000):
+        out.append(Scenario("rss", f"{n:,} in flight, P=8, 1 KiB", rss_topic, "park", n, 0.0, [ours_park]))
+
+    # RENEW: 5 s group lock, 20 s handler, a few dozen records all at once.
+    renew_cs = [ours]
+    if not quick:
+        # The Java loop has no automatic renew: with the same handler its locks run out.
+        renew_cs.insert(0, Contender("Java 40 threads x 1 record", "explicit, per record", "java-explicit",
+                                     threads=40, max_poll_records=1, acquire_mode="record_limit",
+                                     window_s=45.0))
+    out.append(Scenario("renew", "lock 5 s, sleep 20 s, 40 records, P=4, 100 B", Topic(4, 100, 40),
+                        "sleep:20000", 40, 20_000.0, renew_cs,
+                        group_configs=(("share.record.lock.duration.ms", "5000"),)))
     return out
 
 
@@ -196,7 +235,7 @@ def contender_command(c, sc, group, bootstrap, java_cp, tools_cp, java_opts, our
                "--label", c.name]
         if c.acquire_mode:
             cmd += ["--acquire-mode", c.acquire_mode]
-        return cmd
+        return cmd + list(c.extra)
     if c.kind == "share-perf":
         return ["java", *java_opts, "-cp", tools_cp, "org.apache.kafka.tools.ShareConsumerPerformance",
                 "--bootstrap-server", bootstrap, "--topic", topic, "--group", group,
@@ -204,7 +243,7 @@ def contender_command(c, sc, group, bootstrap, java_cp, tools_cp, java_opts, our
     if c.kind == "ours":
         return [*shlex.split(ours_cmd), "--bootstrap-server", bootstrap, "--topic", topic,
                 "--group", group, "--records", str(n), "--concurrency", str(sc.concurrency),
-                "--handler", sc.handler]
+                "--handler", sc.handler, *c.extra]
     raise ValueError(c.kind)
 
 
@@ -213,6 +252,8 @@ def run_one(judge, c, sc, run, warmup, ctx):
     ctx["groups"].append(group)
     res = Result(sc.name, c.name, run, warmup, sc.topic.records, group=group)
     judge.ask("earliest", group)
+    for key, value in sc.group_configs:
+        judge.ask("group-config", group, key, value)
     cmd = contender_command(c, sc, group, ctx["bootstrap"], ctx["java_cp"], ctx["tools_cp"],
                             ctx["java_opts"], ctx["ours_cmd"])
     log_path = os.path.join(ctx["logdir"], f"{group}.log")
@@ -241,6 +282,10 @@ def run_one(judge, c, sc, run, warmup, ctx):
             if lag == 0:
                 done_at = now
                 break
+            if c.window_s and now - start > c.window_s and res.first_lag is not None:
+                res.last_lag, res.last_lag_s = lag, now - start
+                res.note = f"stopped after {c.window_s:.0f} s: rate from the broker's lag drop"
+                break
             if now - start > timeout:
                 res.note = f"no lag 0 within {timeout:.0f} s (lag {lag})"
                 break
@@ -266,6 +311,141 @@ def run_one(judge, c, sc, run, warmup, ctx):
     with open(log_path, "a") as log:
         log.write("--- stdout\n" + "".join(stdout_lines))
     return res
+
+
+def spawn(cmd, log):
+    log.write(" ".join(shlex.quote(a) for a in cmd) + "\n")
+    log.flush()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, start_new_session=True, text=True)
+    stdout_lines = []
+    reader = threading.Thread(target=lambda: stdout_lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    return proc, stdout_lines, reader
+
+
+def finish(proc, reader, stdout_lines, c, res, log, status=None, rusage=None):
+    if status is None:
+        pid, st, ru = os.wait4(proc.pid, os.WNOHANG)
+        status, rusage = (st, ru) if pid else wait_or_signal(proc, res)
+    reader.join(timeout=5)
+    res.exit_code = os.waitstatus_to_exitcode(status)
+    res.cpu_s = rusage.ru_utime + rusage.ru_stime
+    res.rss_kib = rusage.ru_maxrss
+    res.report = parse_report(c, stdout_lines)
+    if res.exit_code != 0 and not res.signalled:
+        res.note = (res.note + "; " if res.note else "") + f"exit {res.exit_code}"
+    log.write("--- stdout\n" + "".join(stdout_lines))
+
+
+def run_latency(judge, c, sc, run, warmup, ctx):
+    """Fixed produce rate into a fresh empty topic while the contender consumes.
+
+    The contender starts first; once the broker shows share state for every partition (the group
+    has joined and fetched) the producer starts: ProducerPerformance, --throughput RATE, linger.ms=0,
+    acks=1, round-robin. After it has sent everything the run ends at lag 0. Latency is the
+    contender's own measurement from each record's timestamp (CreateTime: set by the producer when
+    it sends) to the broker's answer to that record's ACCEPT (ours: the receipt resolving OK;
+    Java: the acknowledgement commit callback reporting it without error)."""
+    tag = f"{c.kind}-r{run}{'w' if warmup else ''}"
+    topic = f"sbs-{ctx['session']}-lat-{tag}"
+    judge.ask("create-topic", topic, sc.topic.partitions)
+    ctx["extra_topics"].append(topic)
+    sc_run = Scenario(sc.section, sc.name, sc.topic, sc.handler, sc.concurrency, sc.latency_ms,
+                      sc.contenders, topic_name=topic)
+    group = f"sbs-{ctx['session']}-{c.kind}-lat-{slug(sc.name)}-r{run}"
+    ctx["groups"].append(group)
+    res = Result(sc.name, c.name, run, warmup, sc.topic.records, group=group)
+    judge.ask("earliest", group)
+    cmd = contender_command(c, sc_run, group, ctx["bootstrap"], ctx["java_cp"], ctx["tools_cp"],
+                            ctx["java_opts"], ctx["ours_cmd"])
+    say(f"{'warm-up' if warmup else f'run {run}'}: {c.name} on latency {sc.name}")
+    log_path = os.path.join(ctx["logdir"], f"{group}.log")
+    with open(log_path, "w") as log:
+        start = time.monotonic()
+        proc, stdout_lines, reader = spawn(cmd, log)
+        # Joined: every partition assigned to it (an empty topic shows no lag yet).
+        while judge.ask("assigned", group).get("assigned", 0) < sc.topic.partitions:
+            if time.monotonic() - start > 120:
+                res.note = "not assigned every partition within 120 s"
+                break
+            time.sleep(ctx["poll_s"])
+        status = rusage = None
+        if not res.note:
+            time.sleep(1.0)
+            res.first_lag_s = time.monotonic() - start
+            with open(os.path.join(ctx["logdir"], f"produce-{group}.log"), "w") as plog:
+                sh([KAFKA_SH, "tool", "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+                    "--num-records", str(sc.topic.records), "--record-size", str(sc.topic.record_size),
+                    "--throughput", str(sc.rate), "--command-property",
+                    f"bootstrap.servers={ctx['bootstrap']}", "acks=1", "linger.ms=0",
+                    "partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner"],
+                   stdout=plog, stderr=subprocess.STDOUT)
+            produced_at = time.monotonic()
+            while True:
+                lag = judge.ask("lag", group).get("lag")
+                now = time.monotonic()
+                if lag == 0:
+                    res.lag_zero, res.wall_s = True, now - start
+                    break
+                if now - produced_at > 120:
+                    res.note = f"no lag 0 within 120 s of the last record (lag {lag})"
+                    break
+                time.sleep(ctx["poll_s"])
+            # Ours exits by itself once it has every record; give it 5 s, then SIGTERM.
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                pid, st, ru = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    status, rusage = st, ru
+                    break
+                time.sleep(0.05)
+        finish(proc, reader, stdout_lines, c, res, log, status, rusage)
+    return res
+
+
+def proc_status_kib(pid, key):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def run_rss(judge, c, sc, run, warmup, ctx):
+    """Our worker with `park` handlers: once it reports C handlers running, wait 3 s and read its
+    VmRSS from /proc, then SIGTERM (it releases what it holds)."""
+    group = f"sbs-{ctx['session']}-{c.kind}-rss-{sc.concurrency}-r{run}"
+    ctx["groups"].append(group)
+    res = Result(sc.name, c.name, run, warmup, sc.concurrency, group=group)
+    judge.ask("earliest", group)
+    cmd = contender_command(c, sc, group, ctx["bootstrap"], ctx["java_cp"], ctx["tools_cp"],
+                            ctx["java_opts"], ctx["ours_cmd"])
+    say(f"{'warm-up' if warmup else f'run {run}'}: {c.name} with {sc.concurrency} parked")
+    with open(os.path.join(ctx["logdir"], f"{group}.log"), "w") as log:
+        start = time.monotonic()
+        proc, stdout_lines, reader = spawn(cmd, log)
+        while not any('"parked"' in line for line in list(stdout_lines)):
+            if time.monotonic() - start > 120:
+                res.note = f"{sc.concurrency} handlers not running within 120 s"
+                break
+            time.sleep(0.1)
+        if not res.note:
+            res.wall_s = time.monotonic() - start
+            time.sleep(3.0)
+            res.rss_now_kib = proc_status_kib(proc.pid, "VmRSS")
+        finish(proc, reader, stdout_lines, c, res, log)
+    return res
+
+
+def run_scenario(judge, c, sc, run, warmup, ctx):
+    if sc.section == "latency":
+        return run_latency(judge, c, sc, run, warmup, ctx)
+    if sc.section == "rss":
+        return run_rss(judge, c, sc, run, warmup, ctx)
+    return run_one(judge, c, sc, run, warmup, ctx)
 
 
 def wait_or_signal(proc, res):
@@ -308,7 +488,12 @@ def parse_report(c, lines):
 
 
 def steady(r):
-    """Records/s from the broker's first reported lag to lag 0 (NaN when it went straight to 0)."""
+    """Records/s from the broker's first reported lag to lag 0 (NaN when it went straight to 0).
+
+    Windowed runs: the lag drop from the first reported lag to the window's end over that time."""
+    if not r.lag_zero and r.last_lag is not None and r.first_lag is not None:
+        span = r.last_lag_s - r.first_lag_s
+        return (r.first_lag - r.last_lag) / span if span > 0 else float("nan")
     if not r.lag_zero or not r.first_lag or r.wall_s - r.first_lag_s <= 0:
         return float("nan")
     return r.first_lag / (r.wall_s - r.first_lag_s)
@@ -410,43 +595,156 @@ def write_report(path, ctx, scs, results, broker_check, ours_available):
             "| peak RSS MiB |")
     sep = "|---|---|---|---:|---:|---:|---:|"
 
-    lines.append("## No-op handler: throughput, CPU, memory")
-    lines.append("")
-    lines.append(head + " handled | broker lag 0 |")
-    lines.append(sep + "---:|---|")
-    for sc in scs:
-        if sc.section == "noop":
-            lines += rows(sc, [])
-    lines.append("")
+    if any(sc.section == "noop" for sc in scs):
+        lines.append("## No-op handler: throughput, CPU, memory")
+        lines.append("")
+        lines.append(head + " handled | broker lag 0 |")
+        lines.append(sep + "---:|---|")
+        for sc in scs:
+            if sc.section == "noop":
+                lines += rows(sc, [])
+        lines.append("")
 
-    lines.append("## Slow handler (50 ms): efficiency against min(N, P × max.record.locks) / latency")
-    lines.append("")
-    lines.append(head + " % of limit | handled | broker lag 0 |")
-    lines.append(sep + "---:|---:|---|")
-    for sc in scs:
-        if sc.section == "slow":
-            limit = min(sc.concurrency, sc.topic.partitions * MAX_RECORD_LOCKS) / (sc.latency_ms / 1000)
-            lines += rows(sc, [("eff", lambda r, lim=limit: 100 * steady(r) / lim, "{:.0f}")])
-    lines.append("")
+    if any(sc.section == "slow" for sc in scs):
+        lines.append("## Slow handler (50 ms): efficiency against min(N, P × max.record.locks) / latency")
+        lines.append("")
+        lines.append(head + " % of limit | handled | broker lag 0 |")
+        lines.append(sep + "---:|---:|---|")
+        for sc in scs:
+            if sc.section == "slow":
+                limit = min(sc.concurrency, sc.topic.partitions * MAX_RECORD_LOCKS) / (sc.latency_ms / 1000)
+                lines += rows(sc, [("eff", lambda r, lim=limit: 100 * steady(r) / lim, "{:.0f}")])
+        lines.append("")
 
-    lines.append("## Heavy-tailed handler")
-    lines.append("")
-    lines.append(head + " handled | broker lag 0 |")
-    lines.append(sep + "---:|---|")
-    for sc in scs:
-        if sc.section == "heavy":
-            lines += rows(sc, [])
-    lines.append("")
+    if any(sc.section == "heavy" for sc in scs):
+        lines.append("## Heavy-tailed handler")
+        lines.append("")
+        lines.append(head + " handled | broker lag 0 |")
+        lines.append(sep + "---:|---|")
+        for sc in scs:
+            if sc.section == "heavy":
+                lines += rows(sc, [])
+        lines.append("")
+
+    def runs_of(scenario, contender):
+        return [r for r in kept if r.scenario == scenario and r.contender == contender]
+
+    def rep_cell(scenario, contender, fn, fmt="{:.0f}"):
+        def safe(r):
+            try:
+                v = fn(r)
+            except (KeyError, TypeError, ValueError, ZeroDivisionError):
+                return float("nan")
+            return float("nan") if v is None else v
+        return fmt_range([safe(r) for r in runs_of(scenario, contender)], fmt)
+
+    lat = [sc for sc in scs if sc.section == "latency"]
+    if lat:
+        lines.append("## End-to-end latency at a fixed produce rate")
+        lines.append("")
+        lines.append("Each run: a fresh empty 4-partition topic; the contender joins; then ProducerPerformance "
+                     "sends 100 B records at the fixed rate (`linger.ms=0`, `acks=1`, round-robin). Latency = "
+                     "the broker's answer to the record's ACCEPT as the consumer learns it − the record's "
+                     "timestamp (CreateTime, set by the producer at send), in ms, over every record. "
+                     "share-worker: its ACCEPT receipt resolving OK (measured by a pass-through source around "
+                     "KafkaSource, `benches/src/bin/bench_worker/source.rs`); Java explicit-ack loop: the "
+                     "acknowledgement commit callback reporting the record's offset without error (it runs on the "
+                     "loop's thread inside a later `poll`/`commitAsync`, so it includes waiting for that call). "
+                     "Same machine, same clock. Percentiles per run, then median (min–max) over runs.")
+        lines.append("")
+        lines.append("| rate | contender | p50 ms | p99 ms | p99.9 ms | max ms | records timed | CPU s / 1M records "
+                     "| broker lag 0 |")
+        lines.append("|---|---|---:|---:|---:|---:|---:|---:|---|")
+        for sc in lat:
+            for c in sc.contenders:
+                if c.kind == "ours" and not ours_available:
+                    continue
+                q = lambda key: (lambda r: r.report["latency_ms"][key])  # noqa: E731
+                count = lambda r: r.report["latency_ms"].get("count", sc.topic.records)  # noqa: E731
+                lines.append(f"| {sc.name} | {c.name} | {rep_cell(sc.name, c.name, q('p50'))} | "
+                             f"{rep_cell(sc.name, c.name, q('p99'))} | {rep_cell(sc.name, c.name, q('p999'))} | "
+                             f"{rep_cell(sc.name, c.name, q('max'))} | {rep_cell(sc.name, c.name, count)} | "
+                             f"{cell(sc.name, c.name, lambda r: r.cpu_s / r.records * 1e6, '{:.1f}')} | "
+                             f"{check(sc.name, c.name)} |")
+        lines.append("")
+
+    rss = [sc for sc in scs if sc.section == "rss"]
+    if rss and ours_available:
+        lines.append("## Memory per in-flight record (share-worker, handlers parked)")
+        lines.append("")
+        lines.append("`park` handlers never finish: once C handlers run (C records fetched, locked and held), "
+                     "the driver waits 3 s and reads the worker's VmRSS from `/proc/PID/status`. Topic: 8 "
+                     "partitions × 1,250 records of 1 KiB (the broker holds at most "
+                     f"`group.share.partition.max.record.locks` = {MAX_RECORD_LOCKS:,} per partition on 4.2, so 10k "
+                     "in flight needs ≥ 5 partitions). Slope = (RSS at 10k − RSS at 1k) ÷ 9,000, per round. Target ≤ 4 KiB "
+                     "per record (the record's own 1 KiB payload included).")
+        lines.append("")
+        lines.append("| in flight | contender | VmRSS MiB, parked | peak RSS MiB (whole run) | time to C running, s |")
+        lines.append("|---|---|---:|---:|---:|")
+        for sc in rss:
+            for c in sc.contenders:
+                lines.append(f"| {sc.name} | {c.name} | {rep_cell(sc.name, c.name, lambda r: r.rss_now_kib / 1024 if r.rss_now_kib else None, '{:.1f}')} | "
+                             f"{rep_cell(sc.name, c.name, lambda r: r.rss_kib / 1024, '{:.1f}')} | "
+                             f"{rep_cell(sc.name, c.name, lambda r: r.wall_s, '{:.1f}')} |")
+        slopes = []
+        if len(rss) == 2:
+            lo, hi = rss
+            for run in sorted({r.run for r in kept}):
+                a = [r for r in kept if r.scenario == lo.name and r.run == run and r.rss_now_kib]
+                b = [r for r in kept if r.scenario == hi.name and r.run == run and r.rss_now_kib]
+                if a and b:
+                    slopes.append((b[0].rss_now_kib - a[0].rss_now_kib) / (hi.concurrency - lo.concurrency))
+        ctx["rss_slope"] = slopes
+        lines.append(f"| **slope** | {rss[0].contenders[0].name} | **{fmt_range(slopes, '{:.2f}')} KiB per "
+                     "in-flight record** | | |")
+        lines.append("")
+
+    renew = [sc for sc in scs if sc.section == "renew"]
+    if renew:
+        lines.append("## RENEW: lock shorter than the handler")
+        lines.append("")
+        lines.append("Group config `share.record.lock.duration.ms` = 5000 (set with IncrementalAlterConfigs before "
+                     "the group starts; the broker's `group.share.min.record.lock.duration.ms` is 1000 in "
+                     "`scripts/kafka.sh`), handler sleeps 20 s, concurrency 40 = every record at once. "
+                     "share-worker renews each running record's lock at half its duration (`renew_at` 0.5). "
+                     "\"renewals/s\" = RENEW acknowledgements the worker queued ÷ the time from the first to the last "
+                     "(one per record per renewal; they ride in ShareFetch/ShareAcknowledge requests). "
+                     "\"max delivery count\" is the highest delivery count on any record the contender was given: "
+                     "1 means no record was ever redelivered. Java has no automatic renew: its row (full mode only) "
+                     "is stopped after 45 s and shows its failed commits and redeliveries.")
+        lines.append("")
+        lines.append("| scenario | contender | lock ms seen | deliveries | redelivered | max delivery count "
+                     "| renewals | renewals/s | failed acks + renewals | records/s spawn → lag 0 | broker lag 0 |")
+        lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+        for sc in renew:
+            for c in sc.contenders:
+                if c.kind == "ours" and not ours_available:
+                    continue
+                rg = lambda key: (lambda r: r.report[key])  # noqa: E731
+                if c.kind == "ours":
+                    lines.append(
+                        f"| {sc.name} | {c.name} | {rep_cell(sc.name, c.name, lambda r: r.report['lock_ms'][0])} | "
+                        f"{rep_cell(sc.name, c.name, rg('fetched'))} | {rep_cell(sc.name, c.name, rg('redelivered'))} | "
+                        f"{rep_cell(sc.name, c.name, rg('max_delivery_count'))} | "
+                        f"{rep_cell(sc.name, c.name, rg('renewals'))} | "
+                        f"{rep_cell(sc.name, c.name, lambda r: r.report['renewals'] / r.report['renew_span_s'], '{:.1f}')} | "
+                        f"{rep_cell(sc.name, c.name, lambda r: r.report['ack_failures'] + r.report['renewal_failures'])} | "
+                        f"{cell(sc.name, c.name, lambda r: r.records / r.wall_s, '{:.2f}')} | {check(sc.name, c.name)} |")
+                else:
+                    lines.append(
+                        f"| {sc.name} | {c.name} | 5000 | {rep_cell(sc.name, c.name, rg('records'))} handled | "
+                        f"{rep_cell(sc.name, c.name, rg('redelivered'))} | – | 0 (none) | – | "
+                        f"{rep_cell(sc.name, c.name, rg('commit_failures'))} failed commit callbacks | – | "
+                        f"{check(sc.name, c.name)} |")
+        lines.append("")
+
     lines.append("## Not measured yet")
     lines.append("")
     lines.append("| figure | status |")
     lines.append("|---|---|")
-    for fig in ("end-to-end latency p50 / p99 / p99.9 at a fixed produce rate",
-                "heavy-tail p99 latency (needs records produced during the run at a fixed rate: on a "
-                "pre-filled topic a record's age is mostly how long it sat there)",
-                "RSS per in-flight record (1k / 10k handlers parked)",
-                "RENEW: 5 s lock, 20 s handler, delivery count stays 1; renews/s"):
-        lines.append(f"| {fig} | driver step not written yet |")
+    lines.append("| heavy-tail p99 latency (needs records produced during the run at a fixed rate: on a "
+                 "pre-filled topic a record's age is mostly how long it sat there) | driver step not written yet |")
+    lines.append("| Java RSS per in-flight record | not measured (optional) |")
     lines.append("")
     lines.append("Notes: Java K-thread contenders run K `KafkaShareConsumer`s in one JVM with "
                  "`share.acquire.mode=record_limit` and K × `max.poll.records` = N; each thread runs "
@@ -497,7 +795,8 @@ def main():
     java_version = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
 
     ctx = dict(session=session, bootstrap=bootstrap, java_cp=java_cp, tools_cp=tools_cp,
-               java_opts=java_opts, ours_cmd=ours_cmd, logdir=logdir, groups=[], spread={}, quick=quick,
+               java_opts=java_opts, ours_cmd=ours_cmd, logdir=logdir, groups=[], extra_topics=[], spread={},
+               quick=quick,
                runs=runs, poll_s=0.1, kafka_version=kafka_version, java_version=java_version,
                date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                timeout_s=args.timeout or (300 if quick else 1800))
@@ -511,6 +810,8 @@ def main():
     results = []
     try:
         for sc in scs:
+            if sc.section == "latency":
+                continue  # a fresh empty topic per run
             if sc.topic.key not in topics:
                 name = f"sbs-{session}-{sc.topic.key}"
                 judge.ask("create-topic", name, sc.topic.partitions)
@@ -526,19 +827,21 @@ def main():
         def active(c):
             return c.kind != "ours" or bool(ours_cmd)
 
-        # One discarded warm-up round: every contender once, on the first scenario it appears in.
+        # One discarded warm-up run per kind of contender (a JVM, the perf tool, ours), on the
+        # first scenario it appears in. Every run is a fresh process: this warms the page cache and
+        # the broker, not the contender.
         warmed = set()
         for sc in scs:
             for c in sc.contenders:
-                if active(c) and (c.kind, c.threads) not in warmed:
-                    warmed.add((c.kind, c.threads))
-                    results.append(run_one(judge, c, sc, 0, True, ctx))
+                if active(c) and c.kind not in warmed and not c.window_s:
+                    warmed.add(c.kind)
+                    results.append(run_scenario(judge, c, sc, 0, True, ctx))
         for run in range(1, runs + 1):
             for sc in scs:
                 cs = [c for c in sc.contenders if active(c)]
                 shift = (run - 1) % max(1, len(cs))
                 for c in cs[shift:] + cs[:shift]:  # rotate the order between runs
-                    results.append(run_one(judge, c, sc, run, False, ctx))
+                    results.append(run_scenario(judge, c, sc, run, False, ctx))
 
         broker_check = verify_with_share_group_command(ctx, env)
         jsonl = os.path.splitext(out)[0] + ".jsonl"
@@ -556,8 +859,8 @@ def main():
             try:
                 if ctx["groups"]:
                     judge.ask("delete-groups", *ctx["groups"])
-                if topics:
-                    judge.ask("delete-topics", *topics.values())
+                if topics or ctx["extra_topics"]:
+                    judge.ask("delete-topics", *topics.values(), *ctx["extra_topics"])
             except (RuntimeError, SystemExit) as e:
                 say(f"clean-up: {e}")
         judge.close()

@@ -33,6 +33,8 @@ import java.util.Properties;
  * create-topic TOPIC PARTITIONS   create a topic (replication factor 1)
  * end-offsets TOPIC              the topic's end offsets: {"records":TOTAL,"partitions":[N0,N1,...]}
  * earliest GROUP                  set share.auto.offset.reset=earliest on GROUP (before it exists)
+ * group-config GROUP KEY VALUE    set one group config (e.g. share.record.lock.duration.ms) and read it back
+ * assigned GROUP                  members of the group with partitions assigned: {"members":M,"assigned":N}
  * lag GROUP                       the group's total lag; {"lag":null} until every partition has state
  * wait GROUP TIMEOUT_MS POLL_MS   poll lag until 0; {"lag":0,"t_ms":EPOCH_MS} or the last lag on timeout
  * delete-groups G1 G2 ...         delete share groups (best effort)
@@ -93,6 +95,10 @@ public final class BrokerJudge {
                 return endOffsets(rest.get(0));
             case "earliest":
                 return earliest(rest.get(0));
+            case "group-config":
+                return groupConfig(rest.get(0), rest.get(1), rest.get(2));
+            case "assigned":
+                return assigned(rest.get(0));
             case "lag":
                 return lagJson(lag(rest.get(0)));
             case "wait":
@@ -126,14 +132,32 @@ public final class BrokerJudge {
     }
 
     private String earliest(String group) throws Exception {
+        return groupConfig(group, "share.auto.offset.reset", "earliest");
+    }
+
+    private String groupConfig(String group, String key, String value) throws Exception {
         ConfigResource resource = new ConfigResource(ConfigResource.Type.GROUP, group);
-        AlterConfigOp op = new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"),
-            AlterConfigOp.OpType.SET);
+        AlterConfigOp op = new AlterConfigOp(new ConfigEntry(key, value), AlterConfigOp.OpType.SET);
         admin.incrementalAlterConfigs(Map.of(resource, List.of(op))).all().get();
-        ConfigEntry entry = admin.describeConfigs(List.of(resource)).all().get().get(resource)
-            .get("share.auto.offset.reset");
-        String value = entry == null ? "unset" : entry.value();
-        return "{\"group\":\"" + group + "\",\"share.auto.offset.reset\":\"" + value + "\"}";
+        ConfigEntry entry = admin.describeConfigs(List.of(resource)).all().get().get(resource).get(key);
+        String now = entry == null ? "unset" : entry.value();
+        return "{\"group\":\"" + group + "\",\"" + key + "\":\"" + now + "\"}";
+    }
+
+    private String assigned(String group) throws Exception {
+        org.apache.kafka.clients.admin.ShareGroupDescription description;
+        try {
+            description = admin.describeShareGroups(List.of(group)).all().get().get(group);
+        } catch (java.util.concurrent.ExecutionException e) {
+            if (e.getCause() instanceof org.apache.kafka.common.errors.GroupIdNotFoundException) {
+                return "{\"members\":0,\"assigned\":0}";
+            }
+            throw e;
+        }
+        int members = description == null ? 0 : description.members().size();
+        long partitions = description == null ? 0 : description.members().stream()
+            .mapToLong(m -> m.assignment().topicPartitions().size()).sum();
+        return "{\"members\":" + members + ",\"assigned\":" + partitions + "}";
     }
 
     /** Total lag over the group's partitions; null while some partition has no lag yet (no state). */

@@ -27,17 +27,20 @@ import java.util.concurrent.atomic.AtomicLong;
  * without records, or on SIGTERM; the rest of the current batch is released unprocessed, then
  * {@code commitSync()}, {@code close()}, and one JSON line on
  * stdout. Latency is from the record's timestamp (CreateTime, i.e. produce time) to its acknowledge
- * call; on a pre-filled topic that includes the time the record waited in the topic.
+ * call; on a pre-filled topic that includes the time the record waited in the topic. With
+ * {@code --latency-basis commit} it is from the record's timestamp to the acknowledgement commit
+ * callback reporting that record's acknowledgement as committed without error (the callback runs on
+ * the loop's thread, inside a later {@code poll} or {@code commit} call).
  *
  * <pre>
  * --bootstrap-server B --topic T --group G [--records N] [--threads 1] [--max-poll-records 500]
  * [--handler noop|sleep:MS|heavy:FAST:SLOW:PCT] [--acquire-mode batch_optimized|record_limit]
- * [--idle-timeout-ms 60000] [--label NAME] [--property k=v ...]
+ * [--idle-timeout-ms 60000] [--label NAME] [--latency-basis acknowledge|commit] [--property k=v ...]
  * </pre>
  */
 public final class ExplicitAckLoop {
     private static final List<String> OPTIONS = List.of("bootstrap-server", "topic", "group", "records",
-        "threads", "max-poll-records", "handler", "acquire-mode", "idle-timeout-ms", "label", "check-duplicates");
+        "threads", "max-poll-records", "handler", "acquire-mode", "idle-timeout-ms", "label", "check-duplicates", "latency-basis");
 
     private final AtomicBoolean stopping = new AtomicBoolean();
     private final AtomicLong handled = new AtomicLong();
@@ -71,6 +74,7 @@ public final class ExplicitAckLoop {
         long idleTimeoutMs = args.getLong("idle-timeout-ms", 60_000);
         Handler handler = Handler.parse(args.get("handler", "noop"));
         String acquireMode = args.get("acquire-mode", "");
+        boolean commitBasis = args.get("latency-basis", "acknowledge").equals("commit");
         if (Boolean.parseBoolean(args.get("check-duplicates", "false"))) {
             seen = java.util.concurrent.ConcurrentHashMap.newKeySet();
         }
@@ -106,7 +110,7 @@ public final class ExplicitAckLoop {
             LatencyHistogram histogram = new LatencyHistogram();
             histograms.add(histogram);
             KafkaShareConsumer<byte[], byte[]> consumer = consumers.get(i);
-            Thread worker = new Thread(() -> loop(consumer, topic, handler, target, idleTimeoutMs, histogram),
+            Thread worker = new Thread(() -> loop(consumer, topic, handler, target, idleTimeoutMs, histogram, commitBasis),
                 "share-loop-" + i);
             workers.add(worker);
         }
@@ -139,11 +143,13 @@ public final class ExplicitAckLoop {
             "{\"contender\":\"%s\",\"ack_mode\":\"explicit\",\"threads\":%d,\"max_poll_records\":%d,"
                 + "\"acquire_mode\":\"%s\",\"handler\":\"%s\",\"records\":%d,\"redelivered\":%d,"
                 + "\"commit_failures\":%d,\"duplicates\":%s,\"elapsed_s\":%.3f,\"last_ack_s\":%.3f,\"records_per_s\":%.1f,"
-                + "\"latency_basis\":\"record timestamp to acknowledge\",\"latency_ms\":%s}%n",
+                + "\"latency_basis\":\"%s\",\"latency_ms\":%s}%n",
             args.get("label", "java-explicit"), threads, maxPollRecords,
             acquireMode.isEmpty() ? "client default" : acquireMode, handler.spec(), records,
             redelivered.get(), commitFailures.get(), seen == null ? "null" : Long.toString(duplicates.get()), elapsed, activeElapsed,
-            activeElapsed > 0 ? records / activeElapsed : 0.0, all.toJson());
+            activeElapsed > 0 ? records / activeElapsed : 0.0,
+            commitBasis ? "record timestamp to the commit callback for its acknowledgement"
+                : "record timestamp to acknowledge", all.toJson());
         System.out.flush();
         reported.countDown();
         try {
@@ -154,11 +160,30 @@ public final class ExplicitAckLoop {
     }
 
     private void loop(KafkaShareConsumer<byte[], byte[]> consumer, String topic, Handler handler, long target,
-                      long idleTimeoutMs, LatencyHistogram histogram) {
+                      long idleTimeoutMs, LatencyHistogram histogram, boolean commitBasis) {
+        // With --latency-basis commit: record timestamps by partition and offset, from acknowledge
+        // until the commit callback reports the acknowledgement (the callback runs on this thread).
+        java.util.Map<Integer, java.util.Map<Long, Long>> pending = new java.util.HashMap<>();
         consumer.setAcknowledgementCommitCallback((offsets, exception) -> {
             if (exception != null) {
                 commitFailures.incrementAndGet();
             }
+            if (!commitBasis) {
+                return;
+            }
+            long now = System.currentTimeMillis();
+            offsets.forEach((partition, acked) -> {
+                java.util.Map<Long, Long> byOffset = pending.get(partition.partition());
+                if (byOffset == null) {
+                    return;
+                }
+                for (Long offset : acked) {
+                    Long timestamp = byOffset.remove(offset);
+                    if (timestamp != null && exception == null) {
+                        histogram.record(now - timestamp);
+                    }
+                }
+            });
         });
         consumer.subscribe(List.of(topic));
         try {
@@ -192,7 +217,12 @@ public final class ExplicitAckLoop {
                         continue;
                     }
                     consumer.acknowledge(record, AcknowledgeType.ACCEPT);
-                    histogram.record(System.currentTimeMillis() - record.timestamp());
+                    if (commitBasis) {
+                        pending.computeIfAbsent(record.partition(), p -> new java.util.HashMap<>())
+                            .put(record.offset(), record.timestamp());
+                    } else {
+                        histogram.record(System.currentTimeMillis() - record.timestamp());
+                    }
                     if (seen != null && !seen.add(record.partition() + ":" + record.offset())) {
                         duplicates.incrementAndGet();
                         System.err.println("ExplicitAckLoop: duplicate " + record.partition() + ":" + record.offset()

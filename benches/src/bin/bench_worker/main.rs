@@ -2,27 +2,41 @@
 //!
 //! ```text
 //! bench_worker --bootstrap-server HOST:PORT --topic T --group G --records N --concurrency C
-//!              --handler noop|sleep:MS|heavy:FAST:SLOW:PCT
+//!              --handler noop|sleep:MS|heavy:FAST:SLOW:PCT|park
+//!              [--latency] [--profile] [--shutdown-grace-ms MS] [--max-poll-records M] [--max-wait-ms MS]
 //! ```
 //!
 //! Joins group `G` on `T`, runs `C` handlers at once and ACCEPTs each record when its handler
 //! finishes. Exits 0 once `N` records were handled and their acknowledgements answered, or on
 //! SIGTERM / ctrl-c; prints one JSON summary line on stdout.
+//!
+//! The worker runs on [`source::BenchSource`], a pass-through around `KafkaSource` that counts
+//! redeliveries, lock durations and renewals, and with `--latency` measures produce time → the
+//! broker's answer to each ACCEPT. `park` handlers never finish: once `C` handlers are running the
+//! worker prints `{"parked":C}` on stdout (the driver then reads its RSS) and waits for SIGTERM.
+
+mod source;
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use std::io::Write;
+
 use tower::service_fn;
 use worker_core::kafka::KafkaSource;
 use worker_core::{Job, Outcome, Worker};
+
+use source::{BenchSource, Observed};
 
 /// What each handler does.
 #[derive(Clone, Copy, Debug)]
 enum Handler {
     Noop,
     Sleep(Duration),
+    /// Never finishes (until shutdown cancels it): records stay in flight.
+    Park,
     /// `pct` % of records (chosen by [`is_slow`]) take `slow`, the rest `fast`.
     Heavy {
         fast: Duration,
@@ -41,6 +55,7 @@ impl Handler {
         };
         match parts.as_slice() {
             ["noop"] => Ok(Handler::Noop),
+            ["park"] => Ok(Handler::Park),
             ["sleep", delay] => Ok(Handler::Sleep(ms(delay)?)),
             ["heavy", fast, slow, pct] => Ok(Handler::Heavy {
                 fast: ms(fast)?,
@@ -50,7 +65,7 @@ impl Handler {
                     .map_err(|_| format!("--handler {spec}: bad percentage {pct:?}"))?,
             }),
             _ => Err(format!(
-                "--handler {spec}: expected noop, sleep:MS or heavy:FAST:SLOW:PCT"
+                "--handler {spec}: expected noop, sleep:MS, heavy:FAST:SLOW:PCT or park"
             )),
         }
     }
@@ -58,6 +73,7 @@ impl Handler {
     fn delay(self, partition: i32, offset: i64) -> Option<Duration> {
         match self {
             Handler::Noop => None,
+            Handler::Park => None,
             Handler::Sleep(delay) => Some(delay),
             Handler::Heavy { fast, slow, pct } => Some(if is_slow(partition, offset, pct) {
                 slow
@@ -88,12 +104,21 @@ struct Args {
     records: u64,
     concurrency: usize,
     handler: Handler,
+    latency: bool,
+    profile: bool,
+    shutdown_grace: Option<Duration>,
+    /// Default: the concurrency.
+    max_poll_records: Option<u32>,
+    /// Default: the source's (500 ms).
+    max_wait: Option<Duration>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut args = std::env::args().skip(1);
     let (mut bootstrap, mut topic, mut group) = (None, None, None);
     let (mut records, mut concurrency, mut handler) = (None, 500, Handler::Noop);
+    let (mut latency, mut shutdown_grace, mut profile) = (false, None, false);
+    let (mut max_poll_records, mut max_wait) = (None, None);
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
@@ -113,6 +138,29 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|_| "--concurrency: expected a count")?
             }
             "--handler" => handler = Handler::parse(&value()?)?,
+            "--latency" => latency = true,
+            "--profile" => profile = true,
+            "--max-poll-records" => {
+                max_poll_records = Some(
+                    value()?
+                        .parse()
+                        .map_err(|_| "--max-poll-records: expected a count")?,
+                )
+            }
+            "--max-wait-ms" => {
+                max_wait = Some(Duration::from_millis(
+                    value()?
+                        .parse()
+                        .map_err(|_| "--max-wait-ms: expected milliseconds")?,
+                ))
+            }
+            "--shutdown-grace-ms" => {
+                shutdown_grace = Some(Duration::from_millis(
+                    value()?
+                        .parse()
+                        .map_err(|_| "--shutdown-grace-ms: expected milliseconds")?,
+                ))
+            }
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -123,6 +171,11 @@ fn parse_args() -> Result<Args, String> {
         records: records.ok_or("--records is required")?,
         concurrency,
         handler,
+        latency,
+        profile,
+        shutdown_grace,
+        max_poll_records,
+        max_wait,
     })
 }
 
@@ -143,21 +196,31 @@ async fn main() {
 
 async fn run(args: Args) -> worker_core::Result<()> {
     let started = Instant::now();
-    let source = KafkaSource::builder(&args.bootstrap, &args.group)
+    let mut kafka = KafkaSource::builder(&args.bootstrap, &args.group)
         .topic(&args.topic)
-        .client_id("bench-worker")
-        .build()
-        .await?;
+        .client_id("bench-worker");
+    if let Some(max_wait) = args.max_wait {
+        kafka = kafka.max_wait(max_wait);
+    }
+    let kafka = kafka.build().await?;
+    let observed = Observed::new(args.latency, args.profile);
+    let source = BenchSource::new(kafka, observed.clone());
     let handled = Arc::new(AtomicU64::new(0));
-    let counter = handled.clone();
+    let running = Arc::new(AtomicU64::new(0));
+    let (counter, starts) = (handled.clone(), running.clone());
     let handler = args.handler;
-    let worker = Worker::builder(source)
+    let park = matches!(handler, Handler::Park);
+    let mut builder = Worker::builder(source)
         .route(
             args.topic.as_str(),
             service_fn(move |job: Job| {
                 let delay = handler.delay(job.id().partition, job.id().offset);
                 let counter = counter.clone();
+                starts.fetch_add(1, Ordering::Relaxed);
                 async move {
+                    if park {
+                        std::future::pending::<()>().await;
+                    }
                     if let Some(delay) = delay {
                         tokio::time::sleep(delay).await;
                     }
@@ -167,27 +230,57 @@ async fn run(args: Args) -> worker_core::Result<()> {
             }),
         )
         .concurrency(args.concurrency)
-        .max_poll_records(args.concurrency.min(u32::MAX as usize) as u32)
-        .build()?;
+        .max_poll_records(
+            args.max_poll_records
+                .unwrap_or(args.concurrency.min(u32::MAX as usize) as u32),
+        );
+    if let Some(grace) = args.shutdown_grace {
+        builder = builder.shutdown_grace(grace);
+    }
+    let worker = builder.build()?;
 
     let shutdown = worker.shutdown_handle();
     let target = args.records;
+    let parked = matches!(handler, Handler::Park).then_some(args.concurrency as u64);
     let watcher = tokio::spawn(async move {
-        while handled.load(Ordering::Relaxed) < target {
+        let mut reported = false;
+        loop {
+            if let Some(parked) = parked {
+                if !reported && running.load(Ordering::Relaxed) >= parked {
+                    // The driver reads our RSS when it sees this line.
+                    let mut out = std::io::stdout().lock();
+                    let _ = writeln!(out, "{{\"parked\":{parked}}}");
+                    let _ = out.flush();
+                    reported = true;
+                }
+            } else if handled.load(Ordering::Relaxed) >= target {
+                shutdown.shutdown();
+                return;
+            }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        shutdown.shutdown();
     });
     let summary = worker.run_until_signal().await?;
     watcher.abort();
     let elapsed = started.elapsed().as_secs_f64();
+    let min_lock = observed.min_lock_ms.load(Ordering::Relaxed);
     println!(
-        "{{\"contender\":\"share-worker\",\"records\":{},\"accepted\":{},\"elapsed_s\":{elapsed:.3},\"records_per_s\":{:.1},\"renewals\":{},\"ack_failures\":{}}}",
+        "{{\"contender\":\"share-worker\",\"records\":{},\"accepted\":{},\"elapsed_s\":{elapsed:.3},\"records_per_s\":{:.1},\"renewals\":{},\"renewal_failures\":{},\"renew_span_s\":{:.3},\"ack_failures\":{},\"fetched\":{},\"redelivered\":{},\"max_delivery_count\":{},\"lock_ms\":[{},{}],\"released_on_shutdown\":{},\"latency_basis\":\"record timestamp to the broker's answer to the ACCEPT\",\"latency_ms\":{},\"profile\":{}}}",
         args.records,
         summary.accepted,
         summary.accepted as f64 / elapsed.max(1e-9),
         summary.renewals,
+        summary.renewal_failures,
+        observed.renew_span_s(),
         summary.ack_failures.total(),
+        observed.fetched.load(Ordering::Relaxed),
+        observed.redelivered.load(Ordering::Relaxed),
+        observed.max_delivery_count.load(Ordering::Relaxed),
+        if min_lock == u64::MAX { 0 } else { min_lock },
+        observed.max_lock_ms.load(Ordering::Relaxed),
+        summary.released_on_shutdown,
+        observed.latency_json(),
+        observed.profile_json(),
     );
     Ok(())
 }
