@@ -244,6 +244,10 @@ impl<S: ShareSource> ShareSource for BenchSource<S> {
     async fn delivery_limit(&self) -> Result<Option<u16>> {
         self.inner.delivery_limit().await
     }
+
+    fn group(&self) -> Option<&str> {
+        self.inner.group()
+    }
 }
 
 #[cfg(test)]
