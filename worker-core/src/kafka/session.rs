@@ -120,17 +120,27 @@ struct Driver {
     lock_timeout: Duration,
 }
 
+/// How long queued acknowledgements wait for a fetch to ride on before they are sent alone. The
+/// runtime fetches for a finished record's successor right after acknowledging it: one request
+/// then carries both, where sending the acknowledgements first would cost a round trip (a broker
+/// answers one request per connection at a time).
+const ACK_LINGER: Duration = Duration::from_millis(2);
+
 impl Driver {
     async fn run(mut self) {
+        let mut next: Option<FetchJob> = None;
         loop {
-            let job = tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => break,
-                job = self.jobs.recv() => match job {
-                    Some(job) => Some(job),
-                    None => break,
+            let job = match next.take() {
+                Some(job) => Some(job),
+                None => tokio::select! {
+                    biased;
+                    _ = self.cancel.cancelled() => break,
+                    job = self.jobs.recv() => match job {
+                        Some(job) => Some(job),
+                        None => break,
+                    },
+                    _ = self.shared.wake.notified() => None,
                 },
-                _ = self.shared.wake.notified() => None,
             };
             if self.shared.disconnect.swap(false, Ordering::AcqRel) && self.conn.is_some() {
                 tracing::info!(
@@ -147,7 +157,18 @@ impl Driver {
                 let _ = reply.send(result);
             }
             self.send_acks(true).await;
-            if self.jobs.is_empty() {
+            if self.shared.has_pending() && self.jobs.is_empty() {
+                next = tokio::select! {
+                    biased;
+                    _ = self.cancel.cancelled() => break,
+                    job = tokio::time::timeout(ACK_LINGER, self.jobs.recv()) => match job {
+                        Ok(Some(job)) => Some(job),
+                        Ok(None) => break,
+                        Err(_) => None,
+                    },
+                };
+            }
+            if next.is_none() && self.jobs.is_empty() {
                 self.send_acks(false).await;
             }
         }

@@ -168,12 +168,13 @@ where
                 self.begin_shutdown(now);
                 progress = true;
             }
-            if let Some(fetch) = self.fetch.as_mut()
-                && let Poll::Ready(result) = fetch.as_mut().poll(cx)
-            {
-                self.fetch = None;
-                self.on_fetched(result, now);
+            if self.poll_fetch(cx, now) {
                 progress = true;
+                // Ask for the next records before handling these, so the round trip overlaps
+                // their handling instead of following it.
+                if self.start_fetch(now) {
+                    self.poll_fetch(cx, now);
+                }
             }
             while let Poll::Ready((route, key, delivery)) = self.routes.poll_next_ready(cx) {
                 self.dispatch(route, key, delivery);
@@ -218,6 +219,19 @@ where
         }
         cx.waker().wake_by_ref();
         Poll::Pending
+    }
+
+    /// Polls the fetch in progress; `true` if it ended (its records are admitted).
+    fn poll_fetch(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
+        let Some(fetch) = self.fetch.as_mut() else {
+            return false;
+        };
+        let Poll::Ready(result) = fetch.as_mut().poll(cx) else {
+            return false;
+        };
+        self.fetch = None;
+        self.on_fetched(result, now);
+        true
     }
 
     /// Handles every dead-letter write that ended.
