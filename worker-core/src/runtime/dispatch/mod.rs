@@ -542,9 +542,16 @@ where
 
     /// The earliest time something is due: a renewal, the end of a fetch pause, the grace period.
     fn next_wake(&self) -> Option<Instant> {
+        // The end of a fetch pause matters only if a fetch could start then: not while stopping,
+        // fetching or paused for a failing dead-letter sink (its recovery wakes the loop itself).
+        // Waking for a past pause that cannot end would spin.
+        let dlq_failing = self
+            .dead_letters
+            .as_ref()
+            .is_some_and(DeadLetters::is_failing);
         let fetch_pause = self
             .fetch_not_before
-            .filter(|_| self.stopping.is_none() && self.fetch.is_none());
+            .filter(|_| self.stopping.is_none() && self.fetch.is_none() && !dlq_failing);
         let grace = self.stopping.as_ref().map(|s| {
             if s.grace_expired {
                 s.grace_deadline + FLUSH_TIMEOUT
