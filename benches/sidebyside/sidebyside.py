@@ -595,36 +595,26 @@ def write_report(path, ctx, scs, results, broker_check, ours_available):
             "| peak RSS MiB |")
     sep = "|---|---|---|---:|---:|---:|---:|"
 
-    if any(sc.section == "noop" for sc in scs):
-        lines.append("## No-op handler: throughput, CPU, memory")
-        lines.append("")
-        lines.append(head + " handled | broker lag 0 |")
-        lines.append(sep + "---:|---|")
+    def section(key, title, extra_head, extra_sep, extras_for):
+        """One table of the scenarios of section `key`, each row with its extra columns."""
+        if not any(sc.section == key for sc in scs):
+            return
+        lines.extend([f"## {title}", "", head + extra_head, sep + extra_sep])
         for sc in scs:
-            if sc.section == "noop":
-                lines += rows(sc, [])
+            if sc.section == key:
+                lines.extend(rows(sc, extras_for(sc)))
         lines.append("")
 
-    if any(sc.section == "slow" for sc in scs):
-        lines.append("## Slow handler (50 ms): efficiency against min(N, P × max.record.locks) / latency")
-        lines.append("")
-        lines.append(head + " % of limit | handled | broker lag 0 |")
-        lines.append(sep + "---:|---:|---|")
-        for sc in scs:
-            if sc.section == "slow":
-                limit = min(sc.concurrency, sc.topic.partitions * MAX_RECORD_LOCKS) / (sc.latency_ms / 1000)
-                lines += rows(sc, [("eff", lambda r, lim=limit: 100 * steady(r) / lim, "{:.0f}")])
-        lines.append("")
+    def efficiency(sc):
+        limit = min(sc.concurrency, sc.topic.partitions * MAX_RECORD_LOCKS) / (sc.latency_ms / 1000)
+        return [("eff", lambda r, lim=limit: 100 * steady(r) / lim, "{:.0f}")]
 
-    if any(sc.section == "heavy" for sc in scs):
-        lines.append("## Heavy-tailed handler")
-        lines.append("")
-        lines.append(head + " handled | broker lag 0 |")
-        lines.append(sep + "---:|---|")
-        for sc in scs:
-            if sc.section == "heavy":
-                lines += rows(sc, [])
-        lines.append("")
+    section("noop", "No-op handler: throughput, CPU, memory",
+            " handled | broker lag 0 |", "---:|---|", lambda sc: [])
+    section("slow", "Slow handler (50 ms): efficiency against min(N, P × max.record.locks) / latency",
+            " % of limit | handled | broker lag 0 |", "---:|---:|---|", efficiency)
+    section("heavy", "Heavy-tailed handler",
+            " handled | broker lag 0 |", "---:|---|", lambda sc: [])
 
     def runs_of(scenario, contender):
         return [r for r in kept if r.scenario == scenario and r.contender == contender]
