@@ -14,4 +14,4 @@ if ! bash scripts/kafka.sh status >/dev/null 2>&1; then
 fi
 cleanup() { if [ "$started_broker" = 1 ]; then bash scripts/kafka.sh stop; fi; }
 trap cleanup EXIT
-SOAK_MINUTES="$minutes" cargo test -p tests --test soak -- --ignored --nocapture
+SOAK_MINUTES="$minutes" cargo test -p tests --test soak -- --nocapture

@@ -990,6 +990,27 @@ async fn kafka_tool(args: &[&str]) -> String {
 
 /// The rows of a whitespace-separated table whose header line starts with the columns `first`, as
 /// header → cell maps (cells hold no spaces in these tables).
+/// The (partition, start offset, lag) rows of a `--describe --offsets` table that `keep` selects,
+/// sorted.
+fn offset_rows(
+    table: &str,
+    keep: impl Fn(&std::collections::HashMap<String, String>) -> bool,
+) -> Vec<(i64, String, String)> {
+    let mut rows: Vec<(i64, String, String)> = parse_table(table, &["GROUP", "TOPIC"])
+        .into_iter()
+        .filter(|row| keep(row))
+        .map(|row| {
+            (
+                row["PARTITION"].parse().expect("a partition number"),
+                row["START-OFFSET"].clone(),
+                row["LAG"].clone(),
+            )
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
 fn parse_table(out: &str, first: &[&str]) -> Vec<std::collections::HashMap<String, String>> {
     let mut lines = out
         .lines()
@@ -1113,18 +1134,9 @@ async fn status_matches_kafkas_share_group_command() {
             "--offsets",
         ])
         .await;
-        let mut theirs: Vec<(i64, String, String)> = parse_table(&offsets, &["GROUP", "TOPIC"])
-            .into_iter()
-            .filter(|row| row["GROUP"] == group && row["TOPIC"] == topic)
-            .map(|row| {
-                (
-                    row["PARTITION"].parse().expect("a partition number"),
-                    row["START-OFFSET"].clone(),
-                    row["LAG"].clone(),
-                )
-            })
-            .collect();
-        theirs.sort();
+        let theirs = offset_rows(&offsets, |row| {
+            row["GROUP"] == group && row["TOPIC"] == topic
+        });
         let status = status_json().await;
         let ours = status_offsets(&status, &topic);
         if ours == theirs {
@@ -1158,17 +1170,7 @@ async fn status_matches_kafkas_share_group_command() {
     let out = share_worker(&["status", "--config", cfg], &[]).await;
     assert_ok(&out, "status");
     let tables = text(&out.stdout);
-    let mut ours: Vec<(i64, String, String)> = parse_table(&tables, &["GROUP", "TOPIC"])
-        .into_iter()
-        .map(|row| {
-            (
-                row["PARTITION"].parse().expect("a partition number"),
-                row["START-OFFSET"].clone(),
-                row["LAG"].clone(),
-            )
-        })
-        .collect();
-    ours.sort();
+    let ours = offset_rows(&tables, |_| true);
     assert_eq!(ours, theirs, "{tables}");
     assert!(tables.contains("has no active members"), "{tables}");
 }
