@@ -1,0 +1,114 @@
+//! A fake HTTP endpoint for the http handler, and a fake OTLP/HTTP collector.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::support::text;
+
+/// What the test HTTP server saw.
+#[derive(Default, Debug)]
+pub(crate) struct Seen {
+    pub(crate) requests: Vec<(String, String)>,
+}
+
+/// Answers 200 to "ok…", 400 to "bad…", 429 (Retry-After: 1) to the first "slow…" then 200, and
+/// 200 to "sleepy…" after 1.5 s.
+pub(crate) async fn serve(listener: TcpListener, seen: Arc<Mutex<Seen>>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            return;
+        };
+        tokio::spawn(connection(stream, seen.clone()));
+    }
+}
+
+/// Reads the next HTTP/1.1 request from `stream` (bytes left over stay in `buffer`): its head,
+/// lowercased, and its body. `None` once the peer closed.
+pub(crate) async fn read_request(
+    stream: &mut TcpStream,
+    buffer: &mut Vec<u8>,
+) -> Option<(String, Vec<u8>)> {
+    let head_end = loop {
+        if let Some(i) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let mut chunk = [0u8; 4096];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = text(&buffer[..head_end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    while buffer.len() < head_end + length {
+        let mut chunk = [0u8; 4096];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let body = buffer[head_end..head_end + length].to_vec();
+    buffer.drain(..head_end + length);
+    Some((head, body))
+}
+
+pub(crate) async fn connection(mut stream: TcpStream, seen: Arc<Mutex<Seen>>) {
+    let mut buffer = Vec::new();
+    while let Some((head, body)) = read_request(&mut stream, &mut buffer).await {
+        let body = text(&body);
+        let key = head
+            .lines()
+            .find_map(|l| l.strip_prefix("idempotency-key:"))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_default();
+        let status = {
+            let mut seen = seen.lock().expect("the seen lock");
+            let first_slow =
+                body.starts_with("slow") && !seen.requests.iter().any(|(b, _)| *b == body);
+            let topic_ok =
+                head.contains("x-share-topic:") && head.contains("x-share-delivery-count:");
+            seen.requests.push((body.clone(), key));
+            match () {
+                _ if !topic_ok => "500 Internal Server Error",
+                _ if body.starts_with("bad") => "400 Bad Request",
+                _ if first_slow => "429 Too Many Requests\r\nRetry-After: 1",
+                _ => "200 OK",
+            }
+        };
+        if body.starts_with("sleepy") {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
+        let response = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+        if stream.write_all(response.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// What a fake OTLP/HTTP collector received: (path, protobuf body) per request.
+pub(crate) type Exports = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// A collector that keeps every export and answers 200 with an empty (valid) response.
+pub(crate) async fn collector(listener: TcpListener, exports: Exports) {
+    while let Ok((mut stream, _)) = listener.accept().await {
+        let exports = exports.clone();
+        tokio::spawn(async move {
+            let mut buffer = Vec::new();
+            while let Some((head, body)) = read_request(&mut stream, &mut buffer).await {
+                let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+                exports.lock().expect("the exports lock").push((path, body));
+                let response = "HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n";
+                if stream.write_all(response.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}

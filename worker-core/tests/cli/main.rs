@@ -1,0 +1,11 @@
+//! The built `share-worker` binary against the real broker (`KAFKA_BOOTSTRAP`, default
+//! 127.0.0.1:9092; `scripts/kafka.sh start` runs one). Each test uses its own topics and group.
+
+mod fake_http;
+mod support;
+
+mod check;
+mod handlers;
+mod run;
+mod status;
+mod telemetry;

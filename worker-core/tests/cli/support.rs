@@ -1,0 +1,232 @@
+//! Running the binary, scratch files, configs and reading records back.
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::process::Command;
+
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_share-worker");
+/// No command of a test may take longer.
+pub(crate) const DEADLINE: Duration = Duration::from_secs(120);
+
+pub(crate) fn bootstrap() -> String {
+    std::env::var("KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
+}
+
+pub(crate) fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A scratch directory removed at the end of the test.
+pub(crate) struct Scratch(pub(crate) PathBuf);
+
+impl Scratch {
+    pub(crate) fn new() -> Self {
+        let dir = std::env::temp_dir().join(unique("share-worker-cli"));
+        std::fs::create_dir_all(&dir).expect("creating a scratch dir");
+        Self(dir)
+    }
+
+    pub(crate) fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).expect("writing a scratch file");
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the binary with `args` (and `env`) to completion within the deadline.
+pub(crate) async fn share_worker(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    match tokio::time::timeout(DEADLINE, command.output()).await {
+        Ok(Ok(output)) => output,
+        Ok(Err(err)) => panic!("cannot run {BIN}: {err}"),
+        Err(_) => panic!("share-worker {args:?} did not finish within {DEADLINE:?}"),
+    }
+}
+
+pub(crate) fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[track_caller]
+pub(crate) fn assert_ok(output: &Output, what: &str) {
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+}
+
+/// A config with one route on `topic` (the route's keys after `handler`), a DLQ and fast retries.
+pub(crate) fn config(group: &str, topic: &str, route: &str) -> String {
+    format!(
+        r#"
+[kafka]
+bootstrap = "{bootstrap}"
+client-id = "cli-test"
+
+[worker]
+group = "{group}"
+concurrency = 8
+lock-duration = "20s"
+
+[retry]
+backoff-initial = "100ms"
+backoff-max = "1s"
+
+[dlq]
+topic = "{{topic}}.dlq"
+
+[[route]]
+topic = "{topic}"
+{route}
+"#,
+        bootstrap = bootstrap()
+    )
+}
+
+/// setup, produce `lines` through `--file`, run until idle; the stats JSON.
+pub(crate) async fn setup_produce_run(
+    scratch: &Scratch,
+    config_path: &Path,
+    topic: &str,
+    lines: &[&str],
+) -> Value {
+    let cfg = config_path.to_str().expect("utf-8 path");
+    setup_and_produce(scratch, cfg, topic, 2, lines, &[]).await;
+    run_until_idle(scratch, cfg).await
+}
+
+/// `setup` with `partitions` partitions, then `produce` one record per line of `lines` (with the
+/// `extra` produce arguments, e.g. headers).
+pub(crate) async fn setup_and_produce(
+    scratch: &Scratch,
+    cfg: &str,
+    topic: &str,
+    partitions: u32,
+    lines: &[&str],
+    extra: &[&str],
+) {
+    let partitions = partitions.to_string();
+    let out = share_worker(
+        &["setup", "--config", cfg, "--partitions", &partitions],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "setup");
+    let jobs = scratch.write("jobs.txt", &lines.join("\n"));
+    let jobs = jobs.to_str().expect("utf-8 path");
+    let bootstrap = bootstrap();
+    let produce = [
+        "produce",
+        "--bootstrap",
+        &bootstrap,
+        "--topic",
+        topic,
+        "--file",
+        jobs,
+    ];
+    let out = share_worker(&[&produce[..], extra].concat(), &[]).await;
+    assert_ok(&out, "produce");
+    assert!(
+        text(&out.stdout).contains(&format!("produced {} records", lines.len())),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+pub(crate) async fn run_until_idle(scratch: &Scratch, cfg: &str) -> Value {
+    let stats = scratch.0.join("stats.json");
+    let out = share_worker(
+        &[
+            "run",
+            "--config",
+            cfg,
+            "--exit-when-idle",
+            "3s",
+            "--stats-json",
+            stats.to_str().expect("utf-8 path"),
+        ],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "run");
+    assert!(
+        text(&out.stderr).contains("share-worker: processed"),
+        "no summary line: {}",
+        text(&out.stderr)
+    );
+    let json = std::fs::read_to_string(&stats).expect("the stats file");
+    serde_json::from_str(&json).expect("stats JSON")
+}
+
+pub(crate) fn count(stats: &Value, key: &str) -> u64 {
+    stats[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {key} in {stats}"))
+}
+
+/// The headers of the first `count` records of partition 0 of `topic`, from the beginning.
+pub(crate) fn read_headers(topic: &str, count: usize) -> Vec<Vec<(String, Vec<u8>)>> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers, Message};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", unique("cli-reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("a consumer");
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    assignment
+        .add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .expect("an assignment");
+    consumer.assign(&assignment).expect("assigning");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut out = Vec::new();
+    while out.len() < count {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "read {} of {count} records of {topic}",
+            out.len()
+        );
+        let Some(message) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let message = message.expect("a record");
+        let headers = message.headers().map_or_else(Vec::new, |headers| {
+            headers
+                .iter()
+                .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
+                .collect()
+        });
+        out.push(headers);
+    }
+    out
+}
+
+pub(crate) fn header_value(headers: &[(String, Vec<u8>)], key: &str) -> Option<String> {
+    headers
+        .iter()
+        .rfind(|(k, _)| k == key)
+        .map(|(_, v)| text(v))
+}
+
+/// The lines of `path`, 0 while it does not exist.
+pub(crate) fn lines_in(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |text| text.lines().count())
+}
