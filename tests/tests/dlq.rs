@@ -150,7 +150,7 @@ async fn a_missing_dead_letter_topic_is_an_error_not_a_silent_drop() -> anyhow::
         .send(&letter(&source_topic, "boom".into()))
         .await
         .expect_err("writing to a topic that does not exist must fail");
-    assert_eq!(err.kind(), ErrorKind::Dlq);
+    assert_eq!(err.error().kind(), ErrorKind::Dlq);
     assert!(
         err.to_string().contains(&format!("{source_topic}.dlq")),
         "{err}"

@@ -9,7 +9,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::headers::{self, is_provenance};
-use super::{DeadLetter, DlqSink, DlqTopic};
+use super::{DeadLetter, DlqError, DlqSink, DlqTopic};
 use crate::{Error, ErrorKind, Result};
 
 /// Writes dead letters to Kafka: original key, value, timestamp and headers, plus the provenance
@@ -115,7 +115,7 @@ impl KafkaDlqSinkBuilder {
 
 #[async_trait::async_trait]
 impl DlqSink for KafkaDlqSink {
-    async fn send(&self, letter: &DeadLetter) -> Result<()> {
+    async fn send(&self, letter: &DeadLetter) -> std::result::Result<(), DlqError> {
         let delivery = &letter.delivery;
         let destination = self.destination(&delivery.id.topic);
         let mut record_headers = OwnedHeaders::new_with_capacity(delivery.headers.len() + 10);
@@ -158,14 +158,16 @@ impl DlqSink for KafkaDlqSink {
                 ErrorKind::Dlq,
                 format!("writing {} to dead-letter topic {destination}", delivery.id),
             )
-            .with_source(err)),
+            .with_source(err)
+            .into()),
             Err(_) => Err(Error::new(
                 ErrorKind::Dlq,
                 format!(
                     "the dead-letter producer dropped {} for {destination}",
                     delivery.id
                 ),
-            )),
+            )
+            .into()),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! `acks=all` producer, keeping the original key, value, timestamp and headers and adding the
 //! provenance headers listed in [`headers`].
 
+mod error;
 pub mod headers;
 mod kafka;
 mod reason;
@@ -15,9 +16,9 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::Result;
 use crate::source::Delivery;
 
+pub use error::{DlqError, DlqErrorKind};
 pub use kafka::{KafkaDlqSink, KafkaDlqSinkBuilder};
 pub use reason::DlqReason;
 pub use topic::DlqTopic;
@@ -40,10 +41,13 @@ pub struct DeadLetter {
 /// Somewhere durable to put records that must not be retried again.
 ///
 /// `send` returns `Ok` only once the letter is stored for good (for Kafka: the producer has the
-/// broker's acknowledgement with `acks=all`). An `Err` means nothing is known to be stored: the caller
-/// keeps the record locked and tries again later.
+/// broker's acknowledgement with `acks=all`). An `Err` means nothing is known to be stored. Its
+/// [`DlqErrorKind`] says what the worker does: [`Unavailable`](DlqErrorKind::Unavailable) keeps the
+/// record locked and tries again later (an [`Error`](crate::Error) converts into that);
+/// [`Permanent`](DlqErrorKind::Permanent) stops the worker, since no retry can succeed. A letter
+/// too large for the destination is the sink's to shorten, never to drop.
 #[async_trait::async_trait]
 pub trait DlqSink: Debug + Send + Sync + 'static {
     /// Writes one dead letter and waits for it to be confirmed.
-    async fn send(&self, letter: &DeadLetter) -> Result<()>;
+    async fn send(&self, letter: &DeadLetter) -> Result<(), DlqError>;
 }

@@ -10,13 +10,13 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use crate::dlq::{DeadLetter, DlqSink};
+use crate::dlq::{DeadLetter, DlqError, DlqErrorKind, DlqSink};
 use crate::runtime::SlotKey;
-use crate::{Error, ErrorKind, Result};
+use crate::{Error, ErrorKind};
 
 use super::Backoff;
 
-type Write = Pin<Box<dyn Future<Output = (SlotKey, DeadLetter, Result<()>)> + Send>>;
+type Write = Pin<Box<dyn Future<Output = (SlotKey, DeadLetter, Result<(), DlqError>)> + Send>>;
 
 /// How a write ended, for the dispatcher.
 #[derive(Debug)]
@@ -27,9 +27,11 @@ pub(crate) enum Written {
     /// after a healthy spell (fetching pauses).
     Failed {
         key: SlotKey,
-        error: Error,
+        error: DlqError,
         began_failing: bool,
     },
+    /// It failed in a way no retry can mend: nothing waits for another try, the worker stops.
+    Refused { key: SlotKey, error: DlqError },
 }
 
 /// The DLQ writes of one worker. While the sink fails (a write failed and none succeeded since),
@@ -71,7 +73,8 @@ impl DeadLetters {
                 Err(_) => Err(Error::new(
                     ErrorKind::Dlq,
                     format!("the dead-letter write did not finish within {timeout:?}"),
-                )),
+                )
+                .into()),
             };
             (key, letter, result)
         }));
@@ -91,6 +94,9 @@ impl DeadLetters {
                     self.retry_at = Some(now);
                 }
                 Poll::Ready(Written::Confirmed(key))
+            }
+            Err(error) if error.kind() == DlqErrorKind::Permanent => {
+                Poll::Ready(Written::Refused { key, error })
             }
             Err(error) => {
                 let began_failing = !self.failing;
@@ -134,6 +140,12 @@ impl DeadLetters {
     /// Writes in flight or waiting.
     pub(crate) fn len(&self) -> usize {
         self.writing.len() + self.waiting.len()
+    }
+
+    /// Gives up on the letters waiting for another try (the sink refused for good): their keys.
+    pub(crate) fn give_up_waiting(&mut self) -> Vec<SlotKey> {
+        self.retry_at = None;
+        self.waiting.drain(..).map(|(key, _)| key).collect()
     }
 
     /// Gives up on every write, in flight or waiting (the grace period is over).

@@ -199,6 +199,7 @@ impl<S: ShareSource> WorkerBuilder<S> {
             routes: self.routes,
             config: self.config,
             shutdown: ShutdownHandle::new(),
+            health: super::WorkerHealth::new(),
             meter: self
                 .meter
                 .unwrap_or_else(|| opentelemetry::global::meter(crate::telemetry::METER_NAME)),

@@ -70,6 +70,7 @@ mod builder;
 mod config;
 mod deadlines;
 mod dispatch;
+mod health;
 mod receipt;
 mod routes;
 mod run_job;
@@ -90,6 +91,7 @@ use crate::source::ShareSource;
 use crate::telemetry::metrics::Metrics;
 
 pub use builder::WorkerBuilder;
+pub use health::WorkerHealth;
 pub use shutdown::ShutdownHandle;
 pub use summary::{AckFailures, DeadLetterCounts, Summary};
 
@@ -107,6 +109,7 @@ pub struct Worker<S> {
     routes: Routes<RouteService>,
     config: Config,
     shutdown: ShutdownHandle,
+    health: WorkerHealth,
     meter: Meter,
 }
 
@@ -119,6 +122,11 @@ impl<S: ShareSource> Worker<S> {
     /// A handle that stops this worker gracefully.
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         self.shutdown.clone()
+    }
+
+    /// What the worker says about itself while it runs, for liveness and readiness probes.
+    pub fn health(&self) -> WorkerHealth {
+        self.health.clone()
     }
 
     /// Runs until shut down through a [`ShutdownHandle`] (or until the source closes), then closes
@@ -138,6 +146,7 @@ impl<S: ShareSource> Worker<S> {
             routes,
             config,
             shutdown,
+            health,
             meter,
         } = self;
         let policy = resolve_policy(&source, &config).await;
@@ -148,6 +157,7 @@ impl<S: ShareSource> Worker<S> {
             shutdown.token().clone(),
             policy,
             Metrics::new(&meter),
+            health,
         );
         let (summary, fatal) = dispatcher.run().await;
         let closed = source.close().await;

@@ -3,8 +3,8 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::dlq::{DeadLetter, DlqReason, DlqSink};
-use crate::{Error, ErrorKind, Result};
+use crate::dlq::{DeadLetter, DlqError, DlqReason, DlqSink};
+use crate::{Error, ErrorKind};
 
 /// A [`DlqSink`] that keeps dead letters in memory, for tests. Cheap to clone: clones share the
 /// same letters, so keep one to look inside while the worker owns another.
@@ -12,8 +12,10 @@ use crate::{Error, ErrorKind, Result};
 /// - **Looking inside:** [`letters`](Self::letters), [`len`](Self::len),
 ///   [`offsets`](Self::offsets), [`attempts`](Self::attempts) (writes tried, failed ones included).
 /// - **Faults:** [`fail_writes`](Self::fail_writes) (every write fails until switched off, like a
-///   missing topic), [`fail_next`](Self::fail_next) (the next `n` writes fail) and
-///   [`latency`](Self::latency) (each write takes this long, in tokio time).
+///   broker that is down), [`fail_next`](Self::fail_next) (the next `n` writes fail),
+///   [`fail_permanently`](Self::fail_permanently) (every write fails in a way no retry can mend,
+///   like a write that is not authorised) and [`latency`](Self::latency) (each write takes this
+///   long, in tokio time).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -56,6 +58,7 @@ struct Inner {
     letters: Vec<DeadLetter>,
     attempts: u64,
     failing: bool,
+    permanent: bool,
     fail_next: u64,
     latency: Duration,
 }
@@ -108,6 +111,12 @@ impl MemoryDlq {
         self.inner().failing = fail;
     }
 
+    /// Fault injection: while `fail` is true every write fails with a
+    /// [`Permanent`](crate::dlq::DlqErrorKind::Permanent) error and stores nothing.
+    pub fn fail_permanently(&self, fail: bool) {
+        self.inner().permanent = fail;
+    }
+
     /// Fault injection: the next `n` writes fail.
     pub fn fail_next(&self, n: u64) {
         self.inner().fail_next = n;
@@ -121,13 +130,22 @@ impl MemoryDlq {
 
 #[async_trait::async_trait]
 impl DlqSink for MemoryDlq {
-    async fn send(&self, letter: &DeadLetter) -> Result<()> {
+    async fn send(&self, letter: &DeadLetter) -> Result<(), DlqError> {
         let latency = self.inner().latency;
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
         let mut inner = self.inner();
         inner.attempts += 1;
+        if inner.permanent {
+            return Err(DlqError::permanent(Error::new(
+                ErrorKind::Dlq,
+                format!(
+                    "injected permanent failure writing {} to the memory DLQ",
+                    letter.delivery.id
+                ),
+            )));
+        }
         if inner.failing || inner.fail_next > 0 {
             inner.fail_next = inner.fail_next.saturating_sub(1);
             return Err(Error::new(
@@ -136,7 +154,8 @@ impl DlqSink for MemoryDlq {
                     "injected failure writing {} to the memory DLQ",
                     letter.delivery.id
                 ),
-            ));
+            )
+            .into());
         }
         inner.letters.push(letter.clone());
         Ok(())

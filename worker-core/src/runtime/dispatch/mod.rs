@@ -40,6 +40,7 @@ use crate::{Error, ErrorKind, Job, Outcome, Result};
 
 use super::config::Config;
 use super::deadlines::Deadlines;
+use super::health::{TICK, WorkerHealth};
 use super::receipt::SlotReceipt;
 use super::routes::Routes;
 use super::run_job::{Finished, RunJob, panic_message};
@@ -100,6 +101,9 @@ where
     metrics: Metrics,
     /// When the fetch in progress started.
     fetch_started: Instant,
+    health: WorkerHealth,
+    /// The loop wakes by then even when nothing else is due, so that its silence means a stall.
+    next_tick: Instant,
 }
 
 impl<'a, S, Svc> Dispatcher<'a, S, Svc>
@@ -114,6 +118,7 @@ where
         shutdown: CancellationToken,
         policy: Policy,
         metrics: Metrics,
+        health: WorkerHealth,
     ) -> Self {
         let dead_letters = config.policy.dlq.clone().map(|sink| {
             DeadLetters::new(sink, config.policy.dlq_backoff, config.policy.dlq_timeout)
@@ -143,18 +148,23 @@ where
             group: source.group().map(Arc::from),
             metrics,
             fetch_started: Instant::now(),
+            health,
+            next_tick: Instant::now() + TICK,
         }
     }
 
     /// Runs until shutdown has drained; returns the summary and, if the source closed under it,
     /// that error.
     pub(crate) async fn run(mut self) -> (Summary, Option<Error>) {
+        self.health.set_running(true);
         poll_fn(|cx| {
+            self.health.passed();
             let poll = self.poll_run(cx);
             self.metrics.occupancy(self.slots.held(), self.holds.len());
             poll
         })
         .await;
+        self.health.set_running(false);
         self.metrics.occupancy(0, 0);
         (self.summary, self.fatal)
     }
@@ -206,6 +216,9 @@ where
                 return Poll::Ready(());
             }
             if !progress {
+                if self.next_tick <= now {
+                    self.next_tick = now + TICK;
+                }
                 let Some(at) = self.next_wake() else {
                     return Poll::Pending;
                 };
@@ -241,7 +254,7 @@ where
             let Poll::Ready(written) = writer.poll_written(cx, now) else {
                 break;
             };
-            self.on_written(written);
+            self.on_written(written, now);
             progress = true;
         }
         progress
@@ -561,6 +574,7 @@ where
         });
         let dlq_retry = self.dead_letters.as_ref().and_then(DeadLetters::next_retry);
         [
+            Some(self.next_tick),
             self.renewals.next_due(),
             self.holds.next_due(),
             dlq_retry,

@@ -7,12 +7,12 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 use tower::Service;
 
-use crate::dlq::{DeadLetter, DlqReason};
-use crate::policy::dead_letters::Written;
+use crate::dlq::{DeadLetter, DlqError, DlqReason};
+use crate::policy::dead_letters::{DeadLetters, Written};
 use crate::policy::{Cause, Verdict};
 use crate::source::{AckError, AckKind, Delivery, ShareSource};
 use crate::telemetry;
-use crate::{Job, Outcome};
+use crate::{Error, ErrorKind, Job, Outcome};
 
 use super::super::receipt::SlotReceipt;
 use super::super::run_job::Finished;
@@ -178,12 +178,13 @@ where
 
     /// A dead-letter write ended: REJECT the record once the sink confirmed; otherwise it waits,
     /// locked, for the next try.
-    pub(super) fn on_written(&mut self, written: Written) {
+    pub(super) fn on_written(&mut self, written: Written, now: Instant) {
         match written {
             Written::Confirmed(key) => {
                 self.summary.dlq_written += 1;
                 if self.dlq_paused && !self.dead_letters.as_ref().is_some_and(|w| w.is_failing()) {
                     self.dlq_paused = false;
+                    self.health.set_dlq_failure(None);
                     tracing::info!("the dead-letter sink recovered: fetching resumes");
                 }
                 let Some(job) = self.slots.get(key) else {
@@ -214,11 +215,53 @@ where
                 if began_failing {
                     self.summary.dlq_pauses += 1;
                     self.dlq_paused = true;
+                    self.health.set_dlq_failure(Some(error.to_string()));
                     tracing::error!(error = %error, "the dead-letter sink is failing: fetching paused; records for it keep their locks until it recovers");
                 } else if let Some(job) = self.slots.get(key) {
                     tracing::debug!(parent: &job.span, record = %job.id, error = %error, "dead-letter write failed: trying again");
                 }
             }
+            Written::Refused { key, error } => {
+                self.summary.dlq_failures += 1;
+                self.metrics.dlq_failed();
+                self.health.set_dlq_failure(Some(error.to_string()));
+                self.refuse_dead_letters(key, error, now);
+            }
+        }
+    }
+
+    /// The sink refused a letter for good: no retry can succeed, so the worker stops with that
+    /// error. The records waiting for the sink are released at once (a release on the last
+    /// delivery lets the broker archive the record: logged with its offset), the rest shuts down
+    /// gracefully.
+    fn refuse_dead_letters(&mut self, key: SlotKey, error: DlqError, now: Instant) {
+        let waiting = self
+            .dead_letters
+            .as_mut()
+            .map(DeadLetters::give_up_waiting)
+            .unwrap_or_default();
+        if self.fatal.is_none() {
+            tracing::error!(error = %error, "the dead-letter sink refused a letter for good: releasing what the worker holds and stopping");
+            self.fatal = Some(Error::new(
+                ErrorKind::Dlq,
+                format!("the dead-letter sink cannot write: {error}"),
+            ));
+        }
+        self.begin_shutdown(now);
+        for key in std::iter::once(key).chain(waiting) {
+            let Some(job) = self.slots.get(key) else {
+                continue;
+            };
+            if job.phase != Phase::DeadLettering {
+                continue;
+            }
+            if job.lost {
+                self.forget(key);
+                continue;
+            }
+            tracing::error!(parent: &job.span, record = %job.id, delivery_count = job.delivery_count, "not dead-lettered: releasing it (the broker archives it if this was its last delivery)");
+            self.summary.dlq_released_on_shutdown += 1;
+            self.release_for(key, "dlq_released_on_shutdown");
         }
     }
 

@@ -23,6 +23,7 @@ where
         if self.stopping.is_some() {
             return;
         }
+        self.health.set_stopping();
         self.stopping = Some(Stopping {
             grace_deadline: now + self.config.shutdown_grace,
             grace_expired: false,

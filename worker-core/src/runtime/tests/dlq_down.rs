@@ -222,3 +222,72 @@ async fn a_lock_lost_while_dead_lettering_still_writes_the_letter() {
     assert_eq!(summary.possible_duplicates, 1);
     assert!(summary.renewal_failures >= 1);
 }
+
+/// A sink that refuses for good (not authorised, no such topic): the worker does not pause
+/// forever. It releases the records waiting for the sink (never accepting or rejecting them),
+/// finishes the rest gracefully and stops with the sink's error; readiness says why meanwhile.
+#[tokio::test(start_paused = true)]
+async fn a_sink_that_refuses_for_good_stops_the_worker_with_its_error() {
+    let broker = broker();
+    for i in 0..6 {
+        broker.produce("t", i.to_string());
+    }
+    let dlq = MemoryDlq::new();
+    dlq.fail_permanently(true);
+    let worker = worker(&broker, &dlq);
+    let health = worker.health();
+    let run = tokio::spawn(worker.run());
+    let err = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the worker stops by itself")
+        .unwrap()
+        .expect_err("a refused dead letter is an error");
+    assert_eq!(err.kind(), crate::ErrorKind::Dlq);
+    assert!(
+        err.message().contains("injected permanent failure"),
+        "{err}"
+    );
+    assert!(dlq.is_empty());
+    let stats = broker.stats();
+    assert_eq!(stats.rejects, 0, "nothing rejected without its letter");
+    for offset in 0..3 {
+        assert_eq!(
+            broker.record_state("t", 0, offset),
+            Some(RecordState::Available),
+            "poison record {offset} released"
+        );
+    }
+    let why = health.readiness().unwrap_err();
+    assert!(
+        why.contains("shutting down") || why.contains("dead-letter"),
+        "{why}"
+    );
+}
+
+/// Readiness names a failing sink while it fails, and clears once it recovers.
+#[tokio::test(start_paused = true)]
+async fn readiness_reports_a_failing_sink_until_it_recovers() {
+    let broker = broker();
+    broker.produce("t", "0");
+    let dlq = MemoryDlq::new();
+    dlq.fail_writes(true);
+    let worker = worker(&broker, &dlq);
+    let health = worker.health();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let h = health.clone();
+    wait_until(Duration::from_secs(5), "readiness to fail", move || {
+        h.readiness()
+            .is_err_and(|why| why.contains("injected failure"))
+    })
+    .await;
+    assert_eq!(health.liveness(Duration::from_secs(2)), Ok(()));
+    dlq.fail_writes(false);
+    let h = health.clone();
+    wait_until(Duration::from_secs(10), "readiness to recover", move || {
+        h.readiness().is_ok()
+    })
+    .await;
+    shutdown.shutdown();
+    run.await.unwrap().unwrap();
+}

@@ -1,0 +1,169 @@
+//! [`WorkerHealth`]: what a running worker says about itself, for liveness and readiness probes.
+//!
+//! The dispatcher writes it as it goes (a few atomic stores per wake, a lock only when the
+//! dead-letter sink starts or stops failing); probes read it without touching the network.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often the dispatcher wakes when nothing else wakes it, so that a loop that stops running
+/// shows as silent within about this long.
+pub(crate) const TICK: Duration = Duration::from_secs(1);
+
+/// A cheap, cloneable view of a worker's health, from [`Worker::health`](super::Worker::health).
+///
+/// - **Liveness** ([`liveness`](Self::liveness)): the dispatcher's loop ran recently. It runs at
+///   least once a [`TICK`] while the worker runs, so a loop that is stuck (every runtime thread
+///   blocked, a handler that blocks the dispatcher's thread) goes silent.
+/// - **Readiness** ([`readiness`](Self::readiness)): the worker runs, is not shutting down and its
+///   dead-letter sink is not failing.
+#[derive(Clone, Debug)]
+pub struct WorkerHealth {
+    inner: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// The origin of the millisecond clock below.
+    origin: Instant,
+    /// When the dispatcher's loop last ran, in ms since `origin` plus one (0: never).
+    last_pass: AtomicU64,
+    running: AtomicBool,
+    stopping: AtomicBool,
+    /// Why the dead-letter sink fails, while it does.
+    dlq_failure: Mutex<Option<String>>,
+}
+
+impl Default for WorkerHealth {
+    fn default() -> Self {
+        Self {
+            inner: Arc::new(Shared {
+                origin: Instant::now(),
+                last_pass: AtomicU64::new(0),
+                running: AtomicBool::new(false),
+                stopping: AtomicBool::new(false),
+                dlq_failure: Mutex::new(None),
+            }),
+        }
+    }
+}
+
+impl WorkerHealth {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// How long ago the dispatcher's loop last ran; `None` before the worker started.
+    pub fn since_last_pass(&self) -> Option<Duration> {
+        match self.inner.last_pass.load(Ordering::Acquire) {
+            0 => None,
+            at => {
+                let at = Duration::from_millis(at - 1);
+                Some(self.inner.origin.elapsed().saturating_sub(at))
+            }
+        }
+    }
+
+    /// `Ok` while the worker's loop runs at least every `max_silence`; otherwise why not.
+    pub fn liveness(&self, max_silence: Duration) -> Result<(), String> {
+        match self.since_last_pass() {
+            None if !self.inner.running.load(Ordering::Acquire) => Ok(()),
+            None => Err("the dispatcher has not run yet".to_owned()),
+            Some(silent) if silent > max_silence => Err(format!(
+                "the dispatcher has not run for {}",
+                humantime::format_duration(round_ms(silent))
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// `Ok` when the worker takes work: it runs, is not shutting down, and its dead-letter sink
+    /// is not failing. Otherwise why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        if self.inner.stopping.load(Ordering::Acquire) {
+            return Err("shutting down".to_owned());
+        }
+        if !self.inner.running.load(Ordering::Acquire) {
+            return Err("not running yet".to_owned());
+        }
+        if let Some(why) = self.dlq_failure() {
+            return Err(format!("the dead-letter sink is failing: {why}"));
+        }
+        Ok(())
+    }
+
+    /// Why the dead-letter sink fails, while it does (fetching is paused meanwhile).
+    pub fn dlq_failure(&self) -> Option<String> {
+        self.inner
+            .dlq_failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The dispatcher's loop ran now.
+    pub(crate) fn passed(&self) {
+        let ms = u64::try_from(self.inner.origin.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+        self.inner.last_pass.store(ms + 1, Ordering::Release);
+    }
+
+    pub(crate) fn set_running(&self, running: bool) {
+        self.inner.running.store(running, Ordering::Release);
+    }
+
+    pub(crate) fn set_stopping(&self) {
+        self.inner.stopping.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn set_dlq_failure(&self, why: Option<String>) {
+        *self
+            .inner
+            .dlq_failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = why;
+    }
+}
+
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_that_never_ran_is_alive_but_not_ready() {
+        let health = WorkerHealth::new();
+        assert_eq!(health.liveness(Duration::from_secs(1)), Ok(()));
+        assert_eq!(health.readiness(), Err("not running yet".to_owned()));
+    }
+
+    #[test]
+    fn readiness_names_a_failing_sink_and_shutdown() {
+        let health = WorkerHealth::new();
+        health.set_running(true);
+        health.passed();
+        assert_eq!(health.readiness(), Ok(()));
+        health.set_dlq_failure(Some("topic t.dlq: not authorised".into()));
+        let why = health.readiness().unwrap_err();
+        assert!(why.contains("not authorised"), "{why}");
+        health.set_dlq_failure(None);
+        assert_eq!(health.readiness(), Ok(()));
+        health.set_stopping();
+        assert_eq!(health.readiness(), Err("shutting down".to_owned()));
+    }
+
+    #[test]
+    fn a_silent_loop_is_not_alive() {
+        let health = WorkerHealth::new();
+        health.set_running(true);
+        assert!(health.liveness(Duration::from_secs(1)).is_err());
+        health.passed();
+        assert_eq!(health.liveness(Duration::from_secs(60)), Ok(()));
+        std::thread::sleep(Duration::from_millis(30));
+        let why = health.liveness(Duration::from_millis(10)).unwrap_err();
+        assert!(why.contains("has not run for"), "{why}");
+    }
+}
