@@ -121,6 +121,7 @@ fn delivery() -> Delivery {
         delivery_count: 1,
         lock_duration: Duration::from_secs(30),
         acquired_at: Instant::now(),
+        undecodable: None,
     }
 }
 

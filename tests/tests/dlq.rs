@@ -43,6 +43,7 @@ fn letter(topic: &str, error: String) -> DeadLetter {
             delivery_count: 4,
             lock_duration: Duration::from_secs(30),
             acquired_at: tokio::time::Instant::now(),
+            undecodable: None,
         },
         reason: DlqReason::HandlerError,
         error,

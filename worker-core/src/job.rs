@@ -109,6 +109,7 @@ mod tests {
             delivery_count: 3,
             lock_duration: Duration::from_secs(30),
             acquired_at: tokio::time::Instant::now(),
+            undecodable: None,
         };
         let token = CancellationToken::new();
         let job = Job::new(delivery, token.clone());

@@ -40,6 +40,7 @@ fn delivery(value: Option<&'static [u8]>) -> Delivery {
         delivery_count: 2,
         lock_duration: Duration::from_secs(30),
         acquired_at: Instant::now(),
+        undecodable: None,
     }
 }
 

@@ -15,12 +15,19 @@ use crate::source::{AckError, AckSender};
 /// Error codes that end a share session.
 pub(crate) const SESSION_ERRORS: [i16; 3] = [122, 123, 133];
 
-/// One acknowledgement or renewal waiting to be sent.
+/// The most acknowledgements nobody waits for (GAP, releases of what a fetch could not use) that
+/// may wait at once. The runtime's own acknowledgements are bounded by its slots; these come from
+/// broker responses, so a broker that claims absurd acquisitions cannot grow the queue past this:
+/// beyond it they are dropped (logged) and the broker's lock timeout settles them.
+pub(crate) const MAX_UNANSWERED: usize = 1 << 16;
+
+/// One acknowledgement or renewal of offsets `first..=last` waiting to be sent.
 #[derive(Debug)]
 pub(crate) struct PendingAck {
     pub(crate) topic_id: Uuid,
     pub(crate) partition: i32,
-    pub(crate) offset: i64,
+    pub(crate) first: i64,
+    pub(crate) last: i64,
     pub(crate) kind: i8,
     /// The session generation that acquired the record.
     pub(crate) generation: u32,
@@ -41,6 +48,23 @@ pub(crate) struct AckQueue {
     pub(crate) acks: Vec<PendingAck>,
     pub(crate) renews: Vec<PendingAck>,
     pub(crate) closed: bool,
+    /// How many queued entries nobody waits for.
+    pub(crate) unanswered: usize,
+}
+
+impl AckQueue {
+    /// Takes the queued acknowledgements (or renewals).
+    pub(crate) fn take(&mut self, renew: bool) -> Vec<PendingAck> {
+        let taken = std::mem::take(if renew {
+            &mut self.renews
+        } else {
+            &mut self.acks
+        });
+        if !renew {
+            self.unanswered = 0;
+        }
+        taken
+    }
 }
 
 /// The part of a session the source touches directly.
@@ -60,29 +84,37 @@ impl SessionShared {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// Queues an acknowledgement (or a renewal) and wakes the driver.
-    pub(crate) fn enqueue(&self, ack: PendingAck, renew: bool) {
+    /// Queues an acknowledgement (or a renewal) and wakes the driver. Returns `false` when an
+    /// acknowledgement nobody waits for was dropped because [`MAX_UNANSWERED`] already wait.
+    pub(crate) fn enqueue(&self, ack: PendingAck, renew: bool) -> bool {
         let Ok(mut q) = self.queue.lock() else {
             ack.answer(Err(AckError::Closed));
-            return;
+            return true;
         };
         if q.closed {
             drop(q);
             ack.answer(Err(AckError::Closed));
-            return;
+            return true;
         }
         if ack.generation != self.generation() {
             drop(q);
             ack.answer(Err(AckError::SessionLost));
-            return;
+            return true;
         }
         if renew {
             q.renews.push(ack);
         } else {
+            if ack.reply.is_none() {
+                if q.unanswered >= MAX_UNANSWERED {
+                    return false;
+                }
+                q.unanswered += 1;
+            }
             q.acks.push(ack);
         }
         drop(q);
         self.wake.notify_one();
+        true
     }
 
     /// Makes the driver drop its connection (and with it the share session) before its next step.
@@ -139,17 +171,40 @@ pub(crate) fn fail_all(taken: Vec<PendingAck>, err: &AckError) {
     }
 }
 
-/// Groups acknowledgements into merged per-partition batches.
-pub(crate) fn ack_topics(taken: &[PendingAck], listed: &mut BTreeMap<(Uuid, i32), Vec<(i64, i8)>>) {
+/// Answers at once every acknowledgement that overlaps an earlier one of the same flush for the
+/// same partition, with [`AckError::Duplicate`]: a request carries one type per offset, so only
+/// the first is sent and only the first may be answered by the broker's result. Returns the rest,
+/// in queue order.
+pub(crate) fn drop_duplicates(taken: Vec<PendingAck>) -> Vec<PendingAck> {
+    let mut seen: HashMap<(Uuid, i32), BTreeMap<i64, i64>> = HashMap::new();
+    let mut kept = Vec::with_capacity(taken.len());
+    for ack in taken {
+        let ranges = seen.entry((ack.topic_id, ack.partition)).or_default();
+        let before = ranges.range(..=ack.last).next_back();
+        if before.is_some_and(|(_, last)| *last >= ack.first) {
+            ack.answer(Err(AckError::Duplicate));
+            continue;
+        }
+        ranges.insert(ack.first, ack.last);
+        kept.push(ack);
+    }
+    kept
+}
+
+/// The partitions of one request, each with its `(first, last, type)` acknowledgement ranges.
+pub(crate) type Listed = BTreeMap<(Uuid, i32), Vec<(i64, i64, i8)>>;
+
+/// Groups acknowledgements into per-partition ranges.
+pub(crate) fn ack_topics(taken: &[PendingAck], listed: &mut Listed) {
     for ack in taken {
         listed
             .entry((ack.topic_id, ack.partition))
             .or_default()
-            .push((ack.offset, ack.kind));
+            .push((ack.first, ack.last, ack.kind));
     }
 }
 
-pub(crate) fn to_topics(listed: BTreeMap<(Uuid, i32), Vec<(i64, i8)>>) -> Vec<TopicAcks> {
+pub(crate) fn to_topics(listed: Listed) -> Vec<TopicAcks> {
     let mut topics: Vec<TopicAcks> = Vec::new();
     for ((topic_id, partition), offsets) in listed {
         let part = PartitionAcks {
@@ -192,7 +247,8 @@ mod tests {
         let pending = |partition, offset, kind| PendingAck {
             topic_id: t,
             partition,
-            offset,
+            first: offset,
+            last: offset,
             kind,
             generation: 1,
             reply: None,
@@ -219,13 +275,72 @@ mod tests {
         let ack = PendingAck {
             topic_id: Uuid::from_u128(1),
             partition: 0,
-            offset: 1,
+            first: 1,
+            last: 1,
             kind: 1,
             generation: 1,
             reply: Some(tx),
         };
         answer_all(vec![ack], &HashMap::new());
         assert!(matches!(rx.await, Err(AckError::Broker { code: -1, .. })));
+    }
+
+    #[tokio::test]
+    async fn an_offset_acknowledged_twice_in_one_flush_is_answered_once() {
+        let ack = |first, last| {
+            let (tx, rx) = AckReceipt::channel();
+            let ack = PendingAck {
+                topic_id: Uuid::from_u128(1),
+                partition: 0,
+                first,
+                last,
+                kind: 1,
+                generation: 1,
+                reply: Some(tx),
+            };
+            (ack, rx)
+        };
+        let (a, ra) = ack(5, 5);
+        let (b, rb) = ack(1, 9);
+        let (c, rc) = ack(5, 5);
+        let (d, rd) = ack(10, 10);
+        let kept = drop_duplicates(vec![a, b, c, d]);
+        assert_eq!(kept.len(), 2);
+        assert_eq!(rb.await, Err(AckError::Duplicate));
+        assert_eq!(rc.await, Err(AckError::Duplicate));
+        answer_all(kept, &HashMap::from([((Uuid::from_u128(1), 0), (0, None))]));
+        assert_eq!((ra.await, rd.await), (Ok(()), Ok(())));
+    }
+
+    #[test]
+    fn acknowledgements_nobody_waits_for_are_bounded() {
+        let shared = SessionShared {
+            node: 1,
+            generation: AtomicU32::new(1),
+            queue: Mutex::new(AckQueue::default()),
+            wake: Notify::new(),
+            disconnect: AtomicBool::new(false),
+        };
+        let gap = |offset| PendingAck {
+            topic_id: Uuid::from_u128(1),
+            partition: 0,
+            first: offset,
+            last: offset,
+            kind: 0,
+            generation: 1,
+            reply: None,
+        };
+        for offset in 0..MAX_UNANSWERED as i64 {
+            assert!(shared.enqueue(gap(offset), false));
+        }
+        assert!(!shared.enqueue(gap(-1), false));
+        let taken = shared
+            .queue
+            .lock()
+            .map(|mut q| q.take(false))
+            .unwrap_or_default();
+        assert_eq!(taken.len(), MAX_UNANSWERED);
+        assert!(shared.enqueue(gap(0), false), "room again once flushed");
     }
 
     #[tokio::test]
@@ -241,7 +356,8 @@ mod tests {
         let ack = PendingAck {
             topic_id: Uuid::from_u128(1),
             partition: 0,
-            offset: 1,
+            first: 1,
+            last: 1,
             kind: 1,
             generation: 1,
             reply: Some(tx),

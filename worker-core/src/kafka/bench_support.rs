@@ -81,6 +81,18 @@ pub fn decode_acquired(records: Bytes, first: i64, last: i64) -> Result<(usize, 
         last,
         delivery_count: 1,
     }];
-    let out = records::decode_partition(Some(records), &acquired, 64 << 20)?;
-    Ok((out.records.len(), out.gaps.len()))
+    let out = records::decode_partition(
+        Some(records),
+        &acquired,
+        records::InflateLimits {
+            max_batch_bytes: 64 << 20,
+        },
+        &mut records::InflateBudget::new(128 << 20),
+    );
+    let gaps = out
+        .gaps
+        .iter()
+        .map(|(first, last)| records::acquired::span(*first, *last) as usize)
+        .sum();
+    Ok((out.records.len(), gaps))
 }

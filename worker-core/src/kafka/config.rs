@@ -23,8 +23,13 @@ pub struct KafkaConfig {
     pub max_bytes: i32,
     /// The largest response frame accepted from a broker.
     pub max_frame_bytes: usize,
-    /// The largest size one record batch may decompress to.
+    /// The largest size one record batch may decompress to; a batch that inflates past it is
+    /// dead-lettered (reason `decode`), its neighbours unaffected.
     pub max_batch_bytes: usize,
+    /// How much one fetch response may decompress in all. A compressed batch beyond it is
+    /// released, to come again in a later fetch; the first batch of each partition may always
+    /// inflate to `max_batch_bytes`, so every partition makes progress. At least `max_batch_bytes`.
+    pub max_fetch_inflate_bytes: usize,
     /// How long a broker may take to answer, beyond a fetch's own wait.
     pub request_timeout: Duration,
     /// How old metadata (leaders) may get before a fetch refreshes it.
@@ -48,6 +53,7 @@ impl KafkaConfig {
             max_bytes: 50 * 1024 * 1024,
             max_frame_bytes: 100 * 1024 * 1024,
             max_batch_bytes: 64 * 1024 * 1024,
+            max_fetch_inflate_bytes: 128 * 1024 * 1024,
             request_timeout: Duration::from_secs(30),
             metadata_max_age: Duration::from_secs(30),
         }
@@ -84,6 +90,9 @@ impl KafkaConfig {
         }
         if self.max_batch_bytes < 1024 {
             return bad("max_batch_bytes", "at least 1024");
+        }
+        if self.max_fetch_inflate_bytes < self.max_batch_bytes {
+            return bad("max_fetch_inflate_bytes", "at least max_batch_bytes");
         }
         if self.request_timeout.is_zero() {
             return bad("request_timeout", "a positive duration");

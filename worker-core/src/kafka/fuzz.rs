@@ -25,7 +25,18 @@ fn decode_everything(data: &[u8]) {
         last: 50,
         delivery_count: 1,
     }];
-    let _ = records::decode_partition(Some(b), &acquired, 1 << 16);
+    decode_records(b, &acquired);
+}
+
+fn decode_records(data: Bytes, acquired: &[AcquiredRange]) {
+    let _ = records::decode_partition(
+        Some(data),
+        acquired,
+        records::InflateLimits {
+            max_batch_bytes: 1 << 16,
+        },
+        &mut records::InflateBudget::new(1 << 17),
+    );
 }
 
 fn valid_samples() -> Result<Vec<Vec<u8>>, Box<dyn std::error::Error>> {
@@ -106,7 +117,7 @@ fn mutated_batches_with_valid_crc_never_panic() -> Result<(), Box<dyn std::error
                 last: 50,
                 delivery_count: 1,
             }];
-            let _ = records::decode_partition(Some(Bytes::from(data)), &acquired, 1 << 16);
+            decode_records(Bytes::from(data), &acquired);
         }
     }
     Ok(())

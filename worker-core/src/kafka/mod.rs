@@ -47,6 +47,8 @@ mod messages;
 mod records;
 mod session;
 mod source;
+#[cfg(feature = "test-util")]
+pub mod test_util;
 mod wire;
 
 #[cfg(test)]

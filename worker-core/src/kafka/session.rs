@@ -16,15 +16,16 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::ack_queue::{
-    AckQueue, PendingAck, SESSION_ERRORS, SessionShared, ack_error, ack_topics, answer_all,
-    fail_all, to_topics,
+    AckQueue, Listed, PendingAck, SESSION_ERRORS, SessionShared, ack_error, ack_topics, answer_all,
+    drop_duplicates, fail_all, to_topics,
 };
-use super::acks::GAP;
+use super::acks::{GAP, wire_type};
 use super::cluster::Cluster;
 use super::codec::{self, FetchParams, SessionKey, ShareResponse};
 use super::connection::Connection;
-use super::records::{self, AcquiredRecord};
+use super::records::{self, AcquiredRecord, InflateBudget, InflateLimits};
 use crate::source::AckError;
+use crate::source::AckKind;
 use crate::{Error, ErrorKind, Result};
 
 /// A fetch for the driver to run.
@@ -55,7 +56,10 @@ pub(crate) struct SessionConfig {
     pub(crate) group: String,
     pub(crate) member_id: String,
     pub(crate) max_bytes: i32,
-    pub(crate) max_batch_bytes: usize,
+    /// The most one record batch may inflate to.
+    pub(crate) inflate: InflateLimits,
+    /// The most one fetch response may inflate in all (its first batch per partition excepted).
+    pub(crate) inflate_budget: usize,
 }
 
 /// The handle the source keeps per broker.
@@ -198,16 +202,18 @@ impl Driver {
         fail_all(stale, &AckError::SessionLost);
     }
 
+    /// Takes what is queued for the current session; the rest fails (`SessionLost`), as does an
+    /// offset queued twice (`Duplicate`, all but the first).
     fn take(&self, renew: bool) -> Vec<PendingAck> {
         let generation = self.shared.generation();
         let taken = match self.shared.queue.lock() {
-            Ok(mut q) => std::mem::take(if renew { &mut q.renews } else { &mut q.acks }),
+            Ok(mut q) => q.take(renew),
             Err(_) => Vec::new(),
         };
         let (ok, stale): (Vec<_>, Vec<_>) =
             taken.into_iter().partition(|a| a.generation == generation);
         fail_all(stale, &AckError::SessionLost);
-        ok
+        drop_duplicates(ok)
     }
 
     async fn ensure_connected(&mut self) -> Result<()> {
@@ -281,7 +287,7 @@ impl Driver {
         } else {
             self.take(false)
         };
-        let mut listed: BTreeMap<(Uuid, i32), Vec<(i64, i8)>> = wanted
+        let mut listed: Listed = wanted
             .iter()
             .filter(|tp| self.epoch == 0 || !self.in_session.contains(tp))
             .map(|tp| (*tp, Vec::new()))
@@ -295,7 +301,7 @@ impl Driver {
                 }
             }
         }
-        let listed_keys: Vec<(Uuid, i32)> = listed.keys().copied().collect();
+        let listed_keys: BTreeSet<(Uuid, i32)> = listed.keys().copied().collect();
         let forgotten: Vec<(Uuid, Vec<i32>)> = forgotten.into_iter().collect();
         let max_records = i32::try_from(max_records).unwrap_or(i32::MAX);
         // A broker handles one request per connection at a time: while acknowledgements ride on
@@ -361,9 +367,7 @@ impl Driver {
         {
             self.lock_timeout = Duration::from_millis(ms);
         }
-        for tp in listed_keys {
-            self.in_session.insert(tp);
-        }
+        self.in_session.extend(listed_keys.iter().copied());
         for (t, ps) in &forgotten {
             for p in ps {
                 self.in_session.remove(&(*t, *p));
@@ -377,66 +381,77 @@ impl Driver {
             ..FetchOutcome::default()
         };
         let mut results = HashMap::new();
-        let mut gaps = Vec::new();
+        let mut settle = Vec::new();
+        // The broker may not hand out more than was asked: offsets beyond it are released at once.
+        let mut allowance = u64::try_from(max_records).unwrap_or(0);
+        let mut budget = InflateBudget::new(self.config.inflate_budget);
         for (topic_id, parts) in resp.topics {
             for part in parts {
-                results.insert(
-                    (topic_id, part.partition),
-                    (part.ack_error_code, part.ack_error_message.clone()),
-                );
+                let tp = (topic_id, part.partition);
+                if listed_keys.contains(&tp) {
+                    results.insert(tp, (part.ack_error_code, part.ack_error_message.clone()));
+                }
                 if part.error_code != 0 {
                     if matches!(part.error_code, 6 | 74) {
                         outcome.leader_moved = true;
                     }
                     tracing::warn!(node = self.shared.node, %topic_id, partition = part.partition, code = part.error_code, leader = part.leader_id, message = ?part.error_message, "share fetch partition error");
                 }
-                match records::decode_partition(
-                    part.records,
-                    &part.acquired,
-                    self.config.max_batch_bytes,
-                ) {
-                    Ok(decoded) => {
-                        gaps.extend(
-                            decoded
-                                .gaps
-                                .into_iter()
-                                .map(|o| (topic_id, part.partition, o, GAP)),
-                        );
-                        outcome.records.extend(
-                            decoded
-                                .records
-                                .into_iter()
-                                .map(|r| (topic_id, part.partition, r)),
-                        );
+                if !wanted.contains(&tp) {
+                    if !part.acquired.is_empty() || part.records.is_some() {
+                        tracing::warn!(node = self.shared.node, %topic_id, partition = part.partition, "the broker answered for a partition this fetch did not ask for: ignoring its records");
                     }
-                    Err(e) => {
-                        // Undecodable: give the offsets back rather than hold them to lock expiry.
-                        tracing::error!(node = self.shared.node, %topic_id, partition = part.partition, error = %e, "cannot decode records; releasing them");
-                        for range in &part.acquired {
-                            let count = range
-                                .last
-                                .saturating_sub(range.first)
-                                .min(records::MAX_ACQUIRED_PER_PARTITION as i64);
-                            for o in range.first..=range.first + count {
-                                gaps.push((topic_id, part.partition, o, 2));
-                            }
-                        }
-                    }
+                    continue;
                 }
+                let (mut ranges, dropped) = records::acquired::normalise(&part.acquired);
+                if dropped > 0 {
+                    tracing::warn!(node = self.shared.node, %topic_id, partition = part.partition, offsets = dropped, "the broker named impossible or overlapping acquired ranges: ignoring those offsets");
+                }
+                for (first, last) in records::acquired::trim(&mut ranges, &mut allowance) {
+                    settle.push((tp, first, last, wire_type(AckKind::Release)));
+                }
+                let decoded = records::decode_partition(
+                    part.records,
+                    &ranges,
+                    self.config.inflate,
+                    &mut budget,
+                );
+                for (first, last) in decoded.gaps {
+                    settle.push((tp, first, last, GAP));
+                }
+                for (first, last) in decoded.releases {
+                    settle.push((tp, first, last, wire_type(AckKind::Release)));
+                }
+                outcome.records.extend(
+                    decoded
+                        .records
+                        .into_iter()
+                        .map(|r| (topic_id, part.partition, r)),
+                );
             }
         }
         answer_all(taken, &results);
-        for (topic_id, partition, offset, kind) in gaps {
-            self.shared.enqueue(
+        let mut dropped = 0usize;
+        for ((topic_id, partition), first, last, kind) in settle {
+            let queued = self.shared.enqueue(
                 PendingAck {
                     topic_id,
                     partition,
-                    offset,
+                    first,
+                    last,
                     kind,
                     generation,
                     reply: None,
                 },
                 false,
+            );
+            dropped += usize::from(!queued);
+        }
+        if dropped > 0 {
+            tracing::warn!(
+                node = self.shared.node,
+                ranges = dropped,
+                "too many gaps and releases queued: leaving these to the broker's lock timeout"
             );
         }
         Ok(outcome)
@@ -529,7 +544,7 @@ impl Driver {
         let leftovers = match self.shared.queue.lock() {
             Ok(mut q) => {
                 q.closed = true;
-                let mut all = std::mem::take(&mut q.acks);
+                let mut all = q.take(false);
                 all.append(&mut q.renews);
                 all
             }

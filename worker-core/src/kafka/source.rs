@@ -16,6 +16,7 @@ use super::cluster::Cluster;
 use super::config::KafkaConfig;
 use super::connection::ConnectOptions;
 use super::membership::{self, MemberSpec, MemberState};
+use super::records::InflateLimits;
 use super::session::{self, FetchJob, SessionConfig, SessionHandle};
 use crate::source::{AckError, AckKind, AckReceipt, Delivery, DeliveryId, Lease, ShareSource};
 use crate::{Error, ErrorKind, Result};
@@ -252,7 +253,10 @@ impl Inner {
                     group: self.config.group.clone(),
                     member_id: self.member_id.clone(),
                     max_bytes: self.config.max_bytes,
-                    max_batch_bytes: self.config.max_batch_bytes,
+                    inflate: InflateLimits {
+                        max_batch_bytes: self.config.max_batch_bytes,
+                    },
+                    inflate_budget: self.config.max_fetch_inflate_bytes,
                 },
                 self.session_cancel.child_token(),
             )
@@ -328,6 +332,7 @@ impl Inner {
                 delivery_count: r.delivery_count,
                 lock_duration: outcome.lock_timeout,
                 acquired_at,
+                undecodable: r.undecodable,
             });
         }
         Ok(out)
@@ -361,7 +366,8 @@ impl Inner {
             PendingAck {
                 topic_id,
                 partition: id.partition,
-                offset: id.offset,
+                first: id.offset,
+                last: id.offset,
                 kind,
                 generation: id.lease.session(),
                 reply: Some(tx),

@@ -157,6 +157,42 @@ pub struct Delivery {
     pub lock_duration: Duration,
     /// When the fetch that acquired the record returned (a conservative start for the lock).
     pub acquired_at: Instant,
+    /// Set when the source acquired the record but could not decode it: the runtime dead-letters
+    /// it (reason `decode`) without calling a handler. `key`, `value` and `headers` then hold what
+    /// could be recovered (see [`Recovered`]).
+    pub undecodable: Option<Arc<Undecodable>>,
+}
+
+/// Why an acquired record could not be decoded, and what of it was recovered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Undecodable {
+    /// What was wrong and where: the batch or the record, and why.
+    pub error: String,
+    /// What the delivery carries of the record.
+    pub recovered: Recovered,
+}
+
+/// What an [`Undecodable`] delivery carries of its record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Recovered {
+    /// The value holds the record exactly as encoded in its batch (Kafka record format v2, length
+    /// prefix included): the record framed well but one of its fields did not decode (a header
+    /// key that is not UTF-8, a null header key). No key or headers.
+    RawRecord,
+    /// Nothing: the batch around it did not decode (CRC mismatch, corrupt or oversized
+    /// compression, broken framing). No key, value or headers.
+    Nothing,
+}
+
+impl Recovered {
+    /// The lower-case name written in dead letters: `record` or `batch` (what did not decode).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Recovered::RawRecord => "record",
+            Recovered::Nothing => "batch",
+        }
+    }
 }
 
 impl Delivery {
@@ -207,6 +243,10 @@ pub enum AckError {
     /// The source is closed.
     #[error("the source is closed")]
     Closed,
+    /// The same offset was acknowledged twice before the first was sent: only the first goes to
+    /// the broker, so only the first can be answered.
+    #[error("the offset was already acknowledged in the same request")]
+    Duplicate,
     /// Any other broker error for the partition.
     #[error("broker error {code}: {message}")]
     Broker {
@@ -225,6 +265,7 @@ impl AckError {
             AckError::LockLost => "lock_lost",
             AckError::LeaderMoved => "leader_moved",
             AckError::Closed => "closed",
+            AckError::Duplicate => "duplicate",
             AckError::Broker { .. } => "broker",
         }
     }

@@ -263,6 +263,7 @@ impl State {
                     delivery_count: record.delivery_count,
                     lock_duration: self.config.lock_duration,
                     acquired_at: now,
+                    undecodable: None,
                 });
             }
         }

@@ -394,6 +394,10 @@ where
         if let Some(at) = next_renewal {
             self.renewals.schedule(key, at);
         }
+        if let Some(undecodable) = delivery.undecodable.clone() {
+            self.admit_undecodable(key, delivery, &undecodable.error);
+            return;
+        }
         if self.policy.exhausted(delivery.delivery_count) {
             self.admit_exhausted(key, delivery);
             return;
@@ -430,6 +434,17 @@ where
             tracing::warn!(parent: &job.span, record = %job.id, "{error}: dead-lettering it without calling the handler");
         }
         self.dead_letter(key, DlqReason::DeliveryLimit, error, Some(delivery));
+    }
+
+    /// A record the source could not decode: dead-lettered (`decode`) without calling a handler,
+    /// whatever its delivery count. Redelivery would decode no better.
+    fn admit_undecodable(&mut self, key: SlotKey, delivery: Delivery, error: &str) {
+        let error = format!("the record did not decode: {error}");
+        if let Some(job) = self.slots.get(key) {
+            record_outcome(&job.span, DlqReason::Decode.as_str());
+            tracing::warn!(parent: &job.span, record = %job.id, "{error}: dead-lettering it without calling the handler");
+        }
+        self.dead_letter(key, DlqReason::Decode, error, Some(delivery));
     }
 
     /// Calls the route's service for a queued record (the service is ready).

@@ -51,6 +51,7 @@ fn delivery(offset: usize, lock: Duration) -> Delivery {
         delivery_count: 1,
         lock_duration: lock,
         acquired_at: Instant::now(),
+        undecodable: None,
     }
 }
 

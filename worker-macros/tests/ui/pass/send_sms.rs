@@ -50,6 +50,7 @@ fn job(value: &'static [u8]) -> Job {
         delivery_count: 1,
         lock_duration: Duration::from_secs(30),
         acquired_at: tokio::time::Instant::now(),
+        undecodable: None,
     };
     Job::new(delivery, CancellationToken::new())
 }

@@ -1,0 +1,161 @@
+//! Test support (feature `test-util`, not a stable API): a raw record-batch encoder and a raw
+//! produce call, to feed a real broker batches no well-behaved producer writes, and every decoder
+//! of network bytes, for the workspace's hostile-input harness.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName, produce_request};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+use super::cluster::Cluster;
+use super::codec::{self, AcquiredRange};
+use super::connection::{self, ConnectOptions};
+use super::records::{self, InflateBudget, InflateLimits};
+use super::{admin, messages};
+use crate::{Error, ErrorKind, Result};
+
+pub use super::records::encode::{RawCompression, RawHeader, RawRecordSpec, encode_batch};
+
+const PRODUCE: i16 = 0;
+
+/// Writes `batch` (one or more encoded record batches) as they are to `topic`/`partition` with
+/// a ProduceRequest (acks=all), bypassing every client-side check. Returns the base offset the
+/// broker assigned. The broker validates CRCs and framing itself; it accepts, for example,
+/// header keys that are not UTF-8.
+pub async fn produce_raw(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    batch: Bytes,
+) -> Result<i64> {
+    let cluster = Cluster::new(
+        bootstrap.split(',').map(str::to_owned).collect(),
+        ConnectOptions {
+            client_id: "share-worker-test-util".into(),
+            max_frame: 16 << 20,
+            request_timeout: Duration::from_secs(30),
+        },
+    );
+    let meta = cluster.metadata(&[topic.to_owned()]).await?;
+    let leader = meta
+        .topics
+        .iter()
+        .find(|t| t.name.as_deref() == Some(topic))
+        .and_then(|t| t.partitions.iter().find(|p| p.partition == partition))
+        .map(|p| p.leader)
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Broker,
+                format!("no leader for {topic}-{partition}"),
+            )
+        })?;
+    let mut conn = cluster.connect_node(leader).await?;
+    let version = conn.version(PRODUCE, (9, 12))?;
+    let mut data = produce_request::PartitionProduceData::default();
+    data.index = partition;
+    data.records = Some(batch);
+    let mut topic_data = produce_request::TopicProduceData::default();
+    topic_data.name = TopicName(StrBytes::from_string(topic.to_owned()));
+    topic_data.partition_data = vec![data];
+    let mut request = ProduceRequest::default();
+    request.acks = -1;
+    request.timeout_ms = 30_000;
+    request.topic_data = vec![topic_data];
+    let mut body = BytesMut::new();
+    request
+        .encode(&mut body, version)
+        .map_err(|e| Error::new(ErrorKind::Protocol, format!("encoding Produce: {e}")))?;
+    let mut answer = conn.call(PRODUCE, version, &body, Duration::ZERO).await?;
+    // Test support against a local broker: the crate's decoder is fine here.
+    let response = ProduceResponse::decode(&mut answer, version)
+        .map_err(|e| Error::new(ErrorKind::Protocol, format!("decoding Produce: {e}")))?;
+    let part = response
+        .responses
+        .iter()
+        .flat_map(|t| &t.partition_responses)
+        .find(|p| p.index == partition)
+        .ok_or_else(|| Error::new(ErrorKind::Protocol, "Produce answered no partition"))?;
+    if part.error_code != 0 {
+        return Err(Error::new(
+            ErrorKind::Broker,
+            format!(
+                "Produce to {topic}-{partition} failed with error {}: {:?}",
+                part.error_code, part.error_message
+            ),
+        ));
+    }
+    Ok(part.base_offset)
+}
+
+/// What [`decode_records`] made of a partition's bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DecodedRecords {
+    /// Offsets delivered as records.
+    pub records: Vec<i64>,
+    /// Offsets delivered as undecodable.
+    pub undecodable: Vec<i64>,
+    /// Offset ranges acknowledged as GAP.
+    pub gaps: Vec<(i64, i64)>,
+    /// Offset ranges released.
+    pub releases: Vec<(i64, i64)>,
+}
+
+/// Decodes `data` as one share-fetch partition with offsets `first..=last` acquired, a batch cap
+/// of `max_batch_bytes` and a response budget of `budget` bytes.
+pub fn decode_records(
+    data: Bytes,
+    first: i64,
+    last: i64,
+    max_batch_bytes: usize,
+    budget: usize,
+) -> DecodedRecords {
+    let (ranges, _) = records::acquired::normalise(&[AcquiredRange {
+        first,
+        last,
+        delivery_count: 1,
+    }]);
+    let out = records::decode_partition(
+        Some(data),
+        &ranges,
+        InflateLimits { max_batch_bytes },
+        &mut InflateBudget::new(budget),
+    );
+    let (undecodable, records): (Vec<_>, Vec<_>) =
+        out.records.iter().partition(|r| r.undecodable.is_some());
+    DecodedRecords {
+        records: records.iter().map(|r| r.offset).collect(),
+        undecodable: undecodable.iter().map(|r| r.offset).collect(),
+        gaps: out.gaps,
+        releases: out.releases,
+    }
+}
+
+/// A decoder of one response type, by name: `true` when the bytes decoded.
+pub type Decoder = fn(Bytes) -> bool;
+
+/// Every decoder the client runs on response bodies, by API name.
+pub fn response_decoders() -> Vec<(&'static str, Decoder)> {
+    vec![
+        ("ShareFetch", |b| codec::decode_share_fetch(b).is_ok()),
+        ("ShareAcknowledge", |b| {
+            codec::decode_share_acknowledge(b).is_ok()
+        }),
+        ("Metadata", |b| messages::decode_metadata(b).is_ok()),
+        ("FindCoordinator", |b| {
+            messages::decode_find_coordinator(b).is_ok()
+        }),
+        ("ShareGroupHeartbeat", |b| {
+            messages::decode_heartbeat(b).is_ok()
+        }),
+        ("ApiVersions", |b| {
+            connection::decode_api_versions(b).is_ok()
+        }),
+        ("DescribeShareGroupOffsets v0", |b| {
+            admin::decode_share_group_offsets(b, 0).is_ok()
+        }),
+        ("DescribeShareGroupOffsets v1", |b| {
+            admin::decode_share_group_offsets(b, 1).is_ok()
+        }),
+    ]
+}
