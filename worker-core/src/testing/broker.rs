@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use crate::source::Header;
+use crate::source::{Header, Recovered, Undecodable};
 
 use super::member::MemoryMember;
 use super::state::{Config, NewRecord, State};
@@ -206,6 +206,7 @@ impl ProducedRecord {
             value: Some(value.into()),
             headers: Vec::new(),
             timestamp: 0,
+            undecodable: None,
         })
     }
 
@@ -233,6 +234,17 @@ impl ProducedRecord {
     /// Sets the timestamp (milliseconds since the Unix epoch).
     pub fn timestamp(mut self, timestamp: i64) -> Self {
         self.0.timestamp = timestamp;
+        self
+    }
+
+    /// Makes the record one the source could not decode, as a Kafka source reports a corrupt
+    /// batch: delivered with [`Delivery::undecodable`](crate::source::Delivery::undecodable) set
+    /// (and whatever value it has standing for the raw bytes), so the worker dead-letters it.
+    pub fn undecodable(mut self, error: impl Into<String>, recovered: Recovered) -> Self {
+        self.0.undecodable = Some(Arc::new(Undecodable {
+            error: error.into(),
+            recovered,
+        }));
         self
     }
 }

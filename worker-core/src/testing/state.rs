@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::source::{AckError, AckKind, Delivery, DeliveryId, Header, Lease};
+use crate::source::{AckError, AckKind, Delivery, DeliveryId, Header, Lease, Undecodable};
 
 use super::{BrokerStats, FetchLog, RecordState, StateCounts};
 
@@ -38,6 +38,7 @@ struct Record {
     value: Option<Bytes>,
     headers: Vec<Header>,
     timestamp: i64,
+    undecodable: Option<Arc<Undecodable>>,
     state: RecordState,
     delivery_count: u16,
     holder: Option<Holder>,
@@ -77,6 +78,7 @@ pub(crate) struct NewRecord {
     pub(crate) value: Option<Bytes>,
     pub(crate) headers: Vec<Header>,
     pub(crate) timestamp: i64,
+    pub(crate) undecodable: Option<Arc<Undecodable>>,
 }
 
 #[derive(Debug)]
@@ -158,6 +160,7 @@ impl State {
             value: record.value,
             headers: record.headers,
             timestamp: record.timestamp,
+            undecodable: record.undecodable,
             state: RecordState::Available,
             delivery_count: 0,
             holder: None,
@@ -263,7 +266,7 @@ impl State {
                     delivery_count: record.delivery_count,
                     lock_duration: self.config.lock_duration,
                     acquired_at: now,
-                    undecodable: None,
+                    undecodable: record.undecodable.clone(),
                 });
             }
         }

@@ -459,3 +459,60 @@ async fn a_held_retry_that_loses_its_lock_comes_back_when_the_lock_ends() {
     assert_eq!(summary.retries_scheduled, 1);
     assert!(summary.renewal_failures >= 1);
 }
+
+/// A record the source could not decode goes to the dead-letter sink (reason `decode`) with what
+/// was recovered, is rejected once the sink confirmed, and never reaches a handler — even on a
+/// topic without a route. Its neighbours are handled as usual.
+#[tokio::test(start_paused = true)]
+async fn undecodable_records_are_dead_lettered_without_a_handler() {
+    use crate::source::Recovered;
+    use crate::testing::ProducedRecord;
+    let broker = MemoryBroker::new();
+    broker.produce("t", "0");
+    broker.produce_record(
+        "t",
+        ProducedRecord::new("raw record bytes")
+            .undecodable("offset 1: header 0 key is not UTF-8", Recovered::RawRecord),
+    );
+    broker.produce("t", "2");
+    broker.produce_record(
+        "unrouted",
+        ProducedRecord::new("").undecodable("record batch 0..=0: CRC mismatch", Recovered::Nothing),
+    );
+    let dlq = MemoryDlq::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let worker = Worker::builder(broker.member("a"))
+        .route(
+            "t",
+            handler(move |_| {
+                counted.fetch_add(1, Ordering::Relaxed);
+                async { Outcome::Accept }
+            }),
+        )
+        .dlq(Arc::new(dlq.clone()))
+        .build()
+        .unwrap();
+    let b = broker.clone();
+    let summary = run_until(worker, "all settled", move || {
+        let c = b.counts();
+        (c.acknowledged, c.archived) == (2, 2)
+    })
+    .await;
+    assert_eq!(calls.load(Ordering::Relaxed), 2, "only the good records ran");
+    let letters = dlq.letters();
+    assert_eq!(letters.len(), 2);
+    for letter in &letters {
+        assert_eq!(letter.reason, DlqReason::Decode);
+        assert!(letter.error.contains("did not decode"), "{}", letter.error);
+    }
+    let raw = letters
+        .iter()
+        .find(|l| l.delivery.id.topic.as_ref() == "t")
+        .expect("the letter of t");
+    assert_eq!(raw.delivery.id.offset, 1);
+    assert_eq!(raw.delivery.value.as_deref(), Some(&b"raw record bytes"[..]));
+    assert!(raw.error.contains("not UTF-8"), "{}", raw.error);
+    assert_eq!(summary.dead_letters.decode, 2);
+    assert_eq!(summary.accepted, 2);
+}
