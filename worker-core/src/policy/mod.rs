@@ -63,6 +63,8 @@ pub(crate) struct PolicyConfig {
     pub(crate) dlq_on_reject: bool,
     pub(crate) dlq_backoff: Backoff,
     pub(crate) dlq_timeout: Duration,
+    /// The delivery-count limit to use when the source cannot read it; `None`: fail instead.
+    pub(crate) assumed_limit: Option<u16>,
 }
 
 impl Default for PolicyConfig {
@@ -75,6 +77,7 @@ impl Default for PolicyConfig {
             dlq_on_reject: true,
             dlq_backoff: Backoff::exponential(Duration::from_millis(500), Duration::from_secs(30)),
             dlq_timeout: Duration::from_secs(60),
+            assumed_limit: None,
         }
     }
 }
@@ -86,6 +89,12 @@ impl PolicyConfig {
             return Err(Error::new(
                 ErrorKind::Config,
                 "`max_attempts`: expected at least 1",
+            ));
+        }
+        if self.assumed_limit.is_some_and(|limit| limit < 2) {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "`assume_delivery_limit`: expected at least 2 (Kafka's smallest limit)",
             ));
         }
         if self.dlq_timeout.is_zero() {

@@ -114,11 +114,28 @@ impl<S: ShareSource> WorkerBuilder<S> {
 
     /// How many times a handler runs for one record at most (its delivery count is the attempt
     /// number). Default: the group's delivery-count limit − 1, read from the source when the worker
-    /// starts (Kafka's default limit 5 is assumed when the source cannot tell), so the last delivery
-    /// is reserved for the dead-letter hand-off. A value at or above the limit is capped to it − 1.
+    /// starts and again while it runs, so the last delivery is reserved for the dead-letter
+    /// hand-off. A value at or above the limit is capped to it − 1.
     /// See [`crate::policy`].
     pub fn max_attempts(mut self, attempts: u16) -> Self {
         self.config.policy.max_attempts = Some(attempts);
+        self
+    }
+
+    /// The group's delivery-count limit to assume when it cannot be read (no permission to
+    /// describe the group's configs, say). Without it such a worker does not start: guessing a
+    /// limit above the real one lets retries run into the broker's silent archive. Set it to the
+    /// group's real limit; at least 2.
+    pub fn assume_delivery_limit(mut self, limit: u16) -> Self {
+        self.config.policy.assumed_limit = Some(limit);
+        self
+    }
+
+    /// How often the group's delivery-count limit is read again while the worker runs (default
+    /// 1 min, at least 1 s): a change (Kafka 4.3's group-level `share.delivery.count.limit`) is
+    /// logged and applies to the next decisions.
+    pub fn delivery_limit_refresh(mut self, every: Duration) -> Self {
+        self.config.limit_refresh = every;
         self
     }
 

@@ -20,6 +20,8 @@ pub(crate) struct Config {
     pub(crate) shutdown_grace: Duration,
     /// Retries, backoff and the dead-letter sink.
     pub(crate) policy: PolicyConfig,
+    /// How often the group's delivery-count limit is read again.
+    pub(crate) limit_refresh: Duration,
 }
 
 impl Default for Config {
@@ -31,6 +33,7 @@ impl Default for Config {
             job_timeout: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(30),
             policy: PolicyConfig::default(),
+            limit_refresh: Duration::from_secs(60),
         }
     }
 }
@@ -50,6 +53,9 @@ impl Config {
         }
         if self.job_timeout.is_zero() {
             return fail("`job_timeout`: expected a duration above 0");
+        }
+        if self.limit_refresh < Duration::from_secs(1) {
+            return fail("`delivery_limit_refresh`: expected at least 1s");
         }
         self.policy.validate()
     }

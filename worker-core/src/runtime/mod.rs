@@ -71,6 +71,7 @@ mod config;
 mod deadlines;
 mod dispatch;
 mod health;
+mod limit;
 mod receipt;
 mod routes;
 mod run_job;
@@ -86,7 +87,6 @@ use std::fmt;
 use opentelemetry::metrics::Meter;
 
 use crate::Result;
-use crate::policy::Policy;
 use crate::source::ShareSource;
 use crate::telemetry::metrics::Metrics;
 
@@ -149,7 +149,21 @@ impl<S: ShareSource> Worker<S> {
             health,
             meter,
         } = self;
-        let policy = resolve_policy(&source, &config).await;
+        let limit = match limit::read_at_start(&source, &config.policy).await {
+            Ok(limit) => limit,
+            Err(err) => {
+                if let Err(close) = source.close().await {
+                    tracing::warn!(error = %close, "closing the source after a failed start");
+                }
+                return Err(err);
+            }
+        };
+        if config.policy.dlq.is_none() {
+            tracing::warn!(
+                "no dead-letter sink configured: records that use up their attempts, do not decode or are rejected will be REJECTed (archived by the broker) and only logged"
+            );
+        }
+        let policy = limit::policy_for(&config.policy, limit);
         let dispatcher = Dispatcher::new(
             &source,
             &config,
@@ -158,6 +172,7 @@ impl<S: ShareSource> Worker<S> {
             policy,
             Metrics::new(&meter),
             health,
+            limit,
         );
         let (summary, fatal) = dispatcher.run().await;
         let closed = source.close().await;
@@ -179,44 +194,6 @@ impl<S: ShareSource> Worker<S> {
         }
         run.await
     }
-}
-
-/// Asks the source for the group's delivery limit and resolves the failure policy against it.
-async fn resolve_policy<S: ShareSource>(source: &S, config: &Config) -> Policy {
-    let limit = match source.delivery_limit().await {
-        Ok(limit) => limit,
-        Err(err) => {
-            tracing::warn!(error = %err, "cannot read the group's delivery-count limit: assuming the default");
-            None
-        }
-    };
-    let policy = Policy::new(&config.policy, limit);
-    if let (Some(max), Some(limit)) = (config.policy.max_attempts, limit)
-        && max >= limit
-    {
-        tracing::warn!(
-            max_attempts = max,
-            delivery_limit = limit,
-            "`max_attempts` is at or above the group's delivery-count limit: capped to the limit - 1, the last delivery is reserved for the dead-letter hand-off"
-        );
-    }
-    if policy.last_attempt() == 0 {
-        tracing::error!(
-            ?limit,
-            "the delivery-count limit leaves no attempt for handlers: every record goes to the dead-letter path"
-        );
-    }
-    if config.policy.dlq.is_none() {
-        tracing::warn!(
-            "no dead-letter sink configured: records that use up their attempts, do not decode or are rejected will be REJECTed (archived by the broker) and only logged"
-        );
-    }
-    tracing::info!(
-        ?limit,
-        max_attempts = policy.last_attempt(),
-        "failure policy resolved"
-    );
-    policy
 }
 
 impl<S: fmt::Debug> fmt::Debug for Worker<S> {

@@ -180,6 +180,19 @@ impl MemoryBroker {
     pub fn fail_renewals(&self, fail: bool) {
         self.shared.state().fail_renewals = fail;
     }
+
+    /// Changes the delivery-count limit while members run, as an operator changing the group's
+    /// `share.delivery.count.limit` does. It applies to deliveries from now on.
+    pub fn set_delivery_limit(&self, limit: u16) {
+        self.shared.state().config.delivery_limit = limit;
+    }
+
+    /// Fault injection: while `fail` is true, asking a member for the delivery-count limit
+    /// ([`ShareSource::delivery_limit`](crate::source::ShareSource::delivery_limit)) fails, as a
+    /// worker without permission to describe the group's configs sees it.
+    pub fn fail_limit_reads(&self, fail: bool) {
+        self.shared.state().fail_limit_reads = fail;
+    }
 }
 
 impl fmt::Debug for MemoryBroker {

@@ -137,7 +137,14 @@ impl ShareSource for MemoryMember {
     }
 
     async fn delivery_limit(&self) -> Result<Option<u16>> {
-        Ok(Some(self.broker.shared.state().config.delivery_limit))
+        let state = self.broker.shared.state();
+        if state.fail_limit_reads {
+            return Err(Error::new(
+                ErrorKind::Authorization,
+                "injected failure reading the delivery-count limit",
+            ));
+        }
+        Ok(Some(state.config.delivery_limit))
     }
 
     async fn close(&self) -> Result<()> {

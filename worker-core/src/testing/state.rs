@@ -96,6 +96,7 @@ pub(crate) struct State {
     stats: BrokerStats,
     fetches: Vec<FetchLog>,
     pub(crate) fail_renewals: bool,
+    pub(crate) fail_limit_reads: bool,
 }
 
 impl State {
@@ -113,6 +114,7 @@ impl State {
             stats: BrokerStats::default(),
             fetches: Vec::new(),
             fail_renewals: false,
+            fail_limit_reads: false,
         }
     }
 

@@ -41,6 +41,7 @@ use crate::{Error, ErrorKind, Job, Outcome, Result};
 use super::config::Config;
 use super::deadlines::Deadlines;
 use super::health::{TICK, WorkerHealth};
+use super::limit::{self, LimitWatch};
 use super::receipt::SlotReceipt;
 use super::routes::Routes;
 use super::run_job::{Finished, RunJob, panic_message};
@@ -104,6 +105,8 @@ where
     health: WorkerHealth,
     /// The loop wakes by then even when nothing else is due, so that its silence means a stall.
     next_tick: Instant,
+    /// Reads the group's delivery-count limit again now and then.
+    limit: LimitWatch<'a>,
 }
 
 impl<'a, S, Svc> Dispatcher<'a, S, Svc>
@@ -119,6 +122,7 @@ where
         policy: Policy,
         metrics: Metrics,
         health: WorkerHealth,
+        delivery_limit: Option<u16>,
     ) -> Self {
         let dead_letters = config.policy.dlq.clone().map(|sink| {
             DeadLetters::new(sink, config.policy.dlq_backoff, config.policy.dlq_timeout)
@@ -150,6 +154,7 @@ where
             fetch_started: Instant::now(),
             health,
             next_tick: Instant::now() + TICK,
+            limit: LimitWatch::new(delivery_limit, config.limit_refresh),
         }
     }
 
@@ -210,6 +215,10 @@ where
                 .is_some_and(|writer| writer.retry_due(now));
             progress |= self.renew_due(now);
             progress |= self.expire_grace(now);
+            if let Poll::Ready(changed) = self.limit.poll_changed(self.source, cx, now) {
+                self.policy = limit::policy_for(&self.config.policy, changed);
+                progress = true;
+            }
             progress |= self.start_fetch(now);
 
             if self.is_done(now) {
@@ -590,6 +599,7 @@ where
         let dlq_retry = self.dead_letters.as_ref().and_then(DeadLetters::next_retry);
         [
             Some(self.next_tick),
+            self.limit.next_due(),
             self.renewals.next_due(),
             self.holds.next_due(),
             dlq_retry,

@@ -499,7 +499,11 @@ async fn undecodable_records_are_dead_lettered_without_a_handler() {
         (c.acknowledged, c.archived) == (2, 2)
     })
     .await;
-    assert_eq!(calls.load(Ordering::Relaxed), 2, "only the good records ran");
+    assert_eq!(
+        calls.load(Ordering::Relaxed),
+        2,
+        "only the good records ran"
+    );
     let letters = dlq.letters();
     assert_eq!(letters.len(), 2);
     for letter in &letters {
@@ -511,8 +515,84 @@ async fn undecodable_records_are_dead_lettered_without_a_handler() {
         .find(|l| l.delivery.id.topic.as_ref() == "t")
         .expect("the letter of t");
     assert_eq!(raw.delivery.id.offset, 1);
-    assert_eq!(raw.delivery.value.as_deref(), Some(&b"raw record bytes"[..]));
+    assert_eq!(
+        raw.delivery.value.as_deref(),
+        Some(&b"raw record bytes"[..])
+    );
     assert!(raw.error.contains("not UTF-8"), "{}", raw.error);
     assert_eq!(summary.dead_letters.decode, 2);
     assert_eq!(summary.accepted, 2);
+}
+
+/// A worker that cannot read the group's delivery-count limit does not start on a guess: it fails
+/// with an error that says how to fix it, and leaves nothing acquired.
+#[tokio::test(start_paused = true)]
+async fn an_unreadable_delivery_limit_stops_the_start_unless_one_is_assumed() {
+    let broker = MemoryBroker::new();
+    broker.produce("t", "0");
+    broker.fail_limit_reads(true);
+    let worker = Worker::builder(broker.member("a"))
+        .route("t", handler(|_| async { Outcome::Accept }))
+        .build()
+        .unwrap();
+    let err = worker.run().await.expect_err("no limit, no start");
+    assert_eq!(err.kind(), crate::ErrorKind::Config);
+    assert!(
+        err.message().contains("delivery-count limit")
+            && err.message().contains("assume-delivery-limit"),
+        "{err}"
+    );
+    assert_eq!(broker.counts().acquired, 0);
+
+    // With an assumed limit of 2, one attempt is left to handlers: a failing record goes to the
+    // dead-letter sink on its first delivery.
+    let dlq = MemoryDlq::new();
+    let worker = Worker::builder(broker.member("b"))
+        .route("t", handler(|_| async { Outcome::retry("down") }))
+        .assume_delivery_limit(2)
+        .dlq(Arc::new(dlq.clone()))
+        .build()
+        .unwrap();
+    let b = broker.clone();
+    run_until(worker, "dead-lettered", move || b.counts().archived == 1).await;
+    assert_eq!(dlq.offsets()[0].3, DlqReason::HandlerError);
+    assert_eq!(dlq.letters()[0].delivery.delivery_count, 1);
+}
+
+/// The limit is read again while the worker runs: lowered from 6 to 3, the next failure on
+/// attempt 2 is the last one, so it goes to the dead-letter sink instead of a retry the broker
+/// would archive.
+#[tokio::test(start_paused = true)]
+async fn a_changed_delivery_limit_applies_while_the_worker_runs() {
+    let broker = MemoryBroker::builder().delivery_limit(6).build();
+    let dlq = MemoryDlq::new();
+    let worker = Worker::builder(broker.member("a"))
+        .route("t", handler(|_| async { Outcome::retry("down") }))
+        .backoff(
+            Backoff::exponential(Duration::from_millis(100), Duration::from_millis(100))
+                .jitter(false),
+        )
+        .delivery_limit_refresh(Duration::from_secs(5))
+        .dlq(Arc::new(dlq.clone()))
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    broker.set_delivery_limit(3);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    broker.produce("t", "0");
+    let b = broker.clone();
+    wait_until(Duration::from_secs(30), "dead-lettered", move || {
+        b.counts().archived == 1
+    })
+    .await;
+    shutdown.shutdown();
+    run.await.unwrap().unwrap();
+    let letters = dlq.letters();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(
+        letters[0].delivery.delivery_count, 2,
+        "attempt 2 was the last"
+    );
+    assert_eq!(letters[0].reason, DlqReason::HandlerError);
 }
