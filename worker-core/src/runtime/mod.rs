@@ -163,16 +163,14 @@ impl<S: ShareSource> Worker<S> {
                 "no dead-letter sink configured: records that use up their attempts, do not decode or are rejected will be REJECTed (archived by the broker) and only logged"
             );
         }
-        let policy = limit::policy_for(&config.policy, limit);
         let dispatcher = Dispatcher::new(
             &source,
             &config,
             routes,
             shutdown.token().clone(),
-            policy,
+            limit,
             Metrics::new(&meter),
             health,
-            limit,
         );
         let (summary, fatal) = dispatcher.run().await;
         let closed = source.close().await;

@@ -119,10 +119,9 @@ where
         config: &'a Config,
         routes: Routes<Svc>,
         shutdown: CancellationToken,
-        policy: Policy,
+        delivery_limit: Option<u16>,
         metrics: Metrics,
         health: WorkerHealth,
-        delivery_limit: Option<u16>,
     ) -> Self {
         let dead_letters = config.policy.dlq.clone().map(|sink| {
             DeadLetters::new(sink, config.policy.dlq_backoff, config.policy.dlq_timeout)
@@ -145,7 +144,7 @@ where
             summary: Summary::default(),
             fatal: None,
             due: Vec::new(),
-            policy,
+            policy: limit::policy_for(&config.policy, delivery_limit),
             holds: Holds::new(config.max_held()),
             dead_letters,
             dlq_paused: false,
