@@ -308,6 +308,10 @@ impl DlqScan {
         self.consumer
             .assign(&assignment)
             .with_context(|| format!("assigning the partitions of {}", self.topic))?;
+        // A pause outlives the assignment: undo the previous pass's.
+        self.consumer
+            .resume(&assignment)
+            .with_context(|| format!("resuming the partitions of {}", self.topic))?;
         let mut last_seen = Instant::now();
         let mut last_error = None;
         while !open.is_empty() {
