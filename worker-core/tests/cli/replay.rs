@@ -494,3 +494,141 @@ async fn truncated_and_undecodable_letters_are_refused() {
     assert_eq!(replayed[0].value_text(), "fine");
     assert_eq!(markers(&records(&dlq).await), [written[3]].into());
 }
+
+/// rdkafka panics on a header name that is not UTF-8; such a letter is refused, quietly.
+#[tokio::test]
+async fn a_header_name_that_is_not_utf8_is_refused_without_a_panic() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-replay-name");
+    let cfg = setup(
+        &scratch,
+        "worker.toml",
+        &unique("cli-replay-group"),
+        &topic,
+        1,
+    )
+    .await;
+    let dlq = format!("{topic}.dlq");
+    let offset = produce_raw(&dlq, &topic, b"\xff\xfeplaceholder").await;
+    forge(&dlq, &[letter(0, "fine", &topic, "rejected")]).await;
+
+    let args = ["dlq", "replay", "--config", &cfg, "--topic", &dlq];
+    let out = share_worker(&args, &[]).await;
+    assert_ok(&out, "dlq replay");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    let line = format!("refused {dlq}/0@{offset}: a header name is not UTF-8");
+    assert!(stdout.contains(&line), "no {line:?} in:\n{stdout}");
+    assert!(
+        stdout.contains(&summary("replayed", 1, 0, 0, 1, 0)),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(records(&topic).await.len(), 1);
+}
+
+/// Writes one letter naming `target` whose second header is called `name` (any bytes) straight
+/// over the protocol, as rdkafka cannot: its offset in partition 0 of `dlq`.
+async fn produce_raw(dlq: &str, target: &str, name: &[u8]) -> i64 {
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{
+        ApiKey, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    };
+    use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const VERSION: i16 = 9;
+    // A placeholder of the same length as `name`, swapped for it once encoded.
+    let placeholder = "#".repeat(name.len());
+    let mut headers = kafka_protocol::indexmap::IndexMap::new();
+    headers.insert(
+        StrBytes::from_string(headers::TOPIC.to_owned()),
+        Some(Bytes::from(target.to_owned())),
+    );
+    headers.insert(
+        StrBytes::from_string(placeholder.clone()),
+        Some(Bytes::from_static(b"value")),
+    );
+    let record = Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: -1,
+        timestamp: 0,
+        key: None,
+        value: Some(Bytes::from_static(b"odd header")),
+        headers,
+    };
+    let mut batch = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut batch,
+        [&record],
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("encoding the batch");
+    let at = batch
+        .windows(name.len())
+        .position(|w| w == placeholder.as_bytes())
+        .expect("the placeholder in the batch");
+    batch[at..at + name.len()].copy_from_slice(name);
+    // The CRC-32C covers everything after itself (attributes on, from byte 21).
+    let crc = crc32c::crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(dlq.to_owned())))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(batch.freeze())),
+                ]),
+        ]);
+    let header = RequestHeader::default()
+        .with_request_api_key(ApiKey::Produce as i16)
+        .with_request_api_version(VERSION)
+        .with_correlation_id(1)
+        .with_client_id(Some(StrBytes::from_static_str("cli-replay-test")));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, ProduceRequest::header_version(VERSION))
+        .expect("encoding the header");
+    request
+        .encode(&mut body, VERSION)
+        .expect("encoding the request");
+    let mut stream = tokio::net::TcpStream::connect(bootstrap())
+        .await
+        .expect("connecting to the broker");
+    stream
+        .write_all(&(body.len() as i32).to_be_bytes())
+        .await
+        .expect("writing");
+    stream.write_all(&body).await.expect("writing");
+    let size = stream.read_i32().await.expect("reading the response size");
+    let mut response = vec![0; usize::try_from(size).expect("a size")];
+    stream
+        .read_exact(&mut response)
+        .await
+        .expect("reading the response");
+    let mut response = Bytes::from(response);
+    ResponseHeader::decode(&mut response, ProduceResponse::header_version(VERSION))
+        .expect("a response header");
+    let response = ProduceResponse::decode(&mut response, VERSION).expect("a produce response");
+    let partition = &response.responses[0].partition_responses[0];
+    assert_eq!(partition.error_code, 0, "{response:?}");
+    partition.base_offset
+}

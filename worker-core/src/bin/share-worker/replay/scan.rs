@@ -263,7 +263,8 @@ impl DlqScan {
 
     /// Runs both passes on a blocking thread and hands the letters over a channel of `capacity`
     /// (so at most that many letters wait in memory). The task ends early, without error, once the
-    /// receiver is dropped. `progress` sees each pass's count of records read and the total.
+    /// receiver is dropped. `progress` sees each pass's count of records read and the total (the
+    /// count reaches the total when the pass is complete).
     pub(crate) fn spawn_letters(
         self,
         capacity: usize,
@@ -276,6 +277,8 @@ impl DlqScan {
         let task = tokio::task::spawn_blocking(move || {
             let total = self.records();
             let markers = self.markers(|read| progress(ScanPass::Markers, read, total))?;
+            // Each range is covered, even where offsets were missing (compaction, transactions).
+            progress(ScanPass::Markers, total, total);
             self.letters(
                 &markers,
                 |letter| match tx.blocking_send(letter) {
@@ -283,7 +286,9 @@ impl DlqScan {
                     Err(_) => ControlFlow::Break(()),
                 },
                 |read| progress(ScanPass::Letters, read, total),
-            )
+            )?;
+            progress(ScanPass::Letters, total, total);
+            Ok(())
         });
         (rx, task)
     }
