@@ -9,7 +9,6 @@ mod republish;
 mod scan;
 mod select;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -132,7 +131,7 @@ pub(crate) async fn replay(config: &Config, args: &ReplayArgs) -> anyhow::Result
     let replayer = if args.dry_run {
         None
     } else {
-        Some(Arc::new(Replayer::new(&bootstrap, &client_id, &dlq)?))
+        Some(Replayer::new(&bootstrap, &client_id, &dlq)?)
     };
     let (mut letters, scanning) = scan.spawn_letters(QUEUED, progress());
     let limit = args.limit.unwrap_or(u64::MAX);
@@ -163,10 +162,7 @@ pub(crate) async fn replay(config: &Config, args: &ReplayArgs) -> anyhow::Result
                     }
                 }
                 let replayer = replayer.clone();
-                in_flight.spawn(async move {
-                    let result = replayer.replay(&letter, &target).await;
-                    (at, result)
-                });
+                in_flight.spawn(async move { replayer.replay(&letter, &target).await });
             }
         }
     }
@@ -185,15 +181,12 @@ pub(crate) async fn replay(config: &Config, args: &ReplayArgs) -> anyhow::Result
 }
 
 /// Counts a finished replay task.
-fn settle(
-    tally: &mut Tally,
-    done: Result<(String, Result<(), ReplayError>), tokio::task::JoinError>,
-) {
+fn settle(tally: &mut Tally, done: Result<Result<(), ReplayError>, tokio::task::JoinError>) {
     match done {
-        Ok((_, Ok(()))) => tally.replayed += 1,
-        Ok((at, Err(err))) => {
+        Ok(Ok(())) => tally.replayed += 1,
+        Ok(Err(err)) => {
             tally.failed += 1;
-            tracing::error!("cannot replay {at}: {err}");
+            tracing::error!("{err}");
         }
         Err(err) => {
             tally.failed += 1;

@@ -30,7 +30,7 @@ pub(crate) enum ReplayError {
     Marker(anyhow::Error),
 }
 
-/// Writes replays and markers for one dead-letter topic.
+/// Writes replays and markers for one dead-letter topic. Clones share one producer.
 #[derive(Clone)]
 pub(crate) struct Replayer {
     producer: FutureProducer,
