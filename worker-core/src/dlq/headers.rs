@@ -12,6 +12,26 @@
 //! | `share.dlq.failed.at` | when it was given up on, RFC 3339 UTC with milliseconds |
 //! | `share.dlq.worker` | the worker (client id) that wrote it |
 //! | `share.dlq.handler` | the handler (route) that failed on it |
+//!
+//! Some letters carry more, saying that their value is not the original record's:
+//!
+//! | header | value |
+//! |---|---|
+//! | `share.dlq.truncated` | `true`: the value was cut to fit the dead-letter topic |
+//! | `share.dlq.original.size` | the size of the value before it was cut, in bytes, decimal |
+//! | `share.dlq.undecodable` | `record`: the value holds the raw encoded bytes of a record that did not decode; `batch`: nothing of the record could be recovered |
+//!
+//! Such letters cannot be replayed faithfully, so `share-worker dlq replay` refuses them.
+//!
+//! A dead-letter topic also holds **marker records**, which are not letters: no key, no value, and
+//! these headers. They are written to the partition of the letter they are about, after it (so a
+//! reader of a partition learns a letter's fate by reading to the end), and tell readers that the
+//! letter is done with:
+//!
+//! | header | value |
+//! |---|---|
+//! | `share.dlq.marker` | a [`MarkerKind`] name: `replayed` or `skipped` |
+//! | `share.dlq.marker.offset` | the offset of the letter in the same partition, decimal |
 
 use super::DeadLetter;
 
@@ -37,6 +57,60 @@ pub const FAILED_AT: &str = "share.dlq.failed.at";
 pub const WORKER: &str = "share.dlq.worker";
 /// The handler that failed on it.
 pub const HANDLER: &str = "share.dlq.handler";
+
+/// `true` when the letter's value was cut to fit the dead-letter topic.
+pub const TRUNCATED: &str = "share.dlq.truncated";
+/// The value of [`TRUNCATED`] on a truncated letter.
+pub const TRUNCATED_TRUE: &str = "true";
+/// The size in bytes of the value before it was cut.
+pub const ORIGINAL_SIZE: &str = "share.dlq.original.size";
+/// Present when the record did not decode: [`UNDECODABLE_RECORD`] or [`UNDECODABLE_BATCH`].
+pub const UNDECODABLE: &str = "share.dlq.undecodable";
+/// [`UNDECODABLE`]: the value holds the raw encoded bytes of the record that did not decode.
+pub const UNDECODABLE_RECORD: &str = "record";
+/// [`UNDECODABLE`]: the record's batch did not decode; nothing of the record was recovered.
+pub const UNDECODABLE_BATCH: &str = "batch";
+
+/// On a marker record: what was done with the letter it is about (a [`MarkerKind`] name).
+pub const MARKER: &str = "share.dlq.marker";
+/// On a marker record: the offset of its letter in the same partition.
+pub const MARKER_OFFSET: &str = "share.dlq.marker.offset";
+
+/// What a marker record says was done with its letter. Either way the letter is done: readers
+/// neither replay it again nor count it as pending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MarkerKind {
+    /// The letter was republished, and the write was confirmed.
+    Replayed,
+    /// Someone decided it is not to be replayed.
+    Skipped,
+}
+
+impl MarkerKind {
+    /// The header value: `replayed` or `skipped`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MarkerKind::Replayed => "replayed",
+            MarkerKind::Skipped => "skipped",
+        }
+    }
+
+    /// The kind named by a [`MARKER`] header value, `None` for anything else.
+    pub fn parse(value: &[u8]) -> Option<Self> {
+        match value {
+            b"replayed" => Some(MarkerKind::Replayed),
+            b"skipped" => Some(MarkerKind::Skipped),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for MarkerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// The most bytes of an error message kept in `share.dlq.error`.
 pub const MAX_ERROR_LEN: usize = 1024;
@@ -94,6 +168,15 @@ mod tests {
             truncate(&"x".repeat(2000), MAX_ERROR_LEN).len(),
             MAX_ERROR_LEN
         );
+    }
+
+    #[test]
+    fn marker_kinds_round_trip() {
+        for kind in [MarkerKind::Replayed, MarkerKind::Skipped] {
+            assert_eq!(MarkerKind::parse(kind.as_str().as_bytes()), Some(kind));
+        }
+        assert_eq!(MarkerKind::parse(b"Replayed"), None);
+        assert_eq!(MarkerKind::parse(&[0xff]), None);
     }
 
     #[test]

@@ -355,13 +355,7 @@ async fn spans_and_metrics_reach_an_otlp_collector_and_dead_letters_keep_the_tra
     );
 
     // A replay puts it back on its topic with the same context.
-    let out = share_worker(
-        &[
-            "dlq", "replay", "--config", cfg, "--topic", &dlq, "--idle", "3s",
-        ],
-        &[],
-    )
-    .await;
+    let out = share_worker(&["dlq", "replay", "--config", cfg, "--topic", &dlq], &[]).await;
     assert_ok(&out, "dlq replay");
     let records = read_headers(&topic, 3);
     assert_eq!(header_value(&records[2], "traceparent"), Some(carried));

@@ -2,7 +2,7 @@
 //!
 //! `run` processes records with http, exec or noop handlers; `setup` creates topics and sets the
 //! group's configs; `check` validates a file against the cluster; `status` describes the group and
-//! its lag; `produce` enqueues test jobs.
+//! its lag; `produce` enqueues test jobs; `dlq replay` republishes dead letters.
 
 mod activity;
 mod check;
@@ -52,7 +52,8 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum DlqCommand {
-    /// Republish dead letters to their original topics.
+    /// Republish dead letters to their route topics (or `--to`), each once: read by offset,
+    /// marked replayed in the dead-letter topic; letters not replayed are left untouched.
     Replay(replay::ReplayArgs),
 }
 

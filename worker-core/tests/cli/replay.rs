@@ -1,0 +1,634 @@
+//! `dlq replay`: reads the dead-letter topic by offset, replays each letter once (markers in the
+//! topic say which are done), only to route topics or `--to`, and refuses what it cannot replay.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use worker_core::dlq::headers;
+
+use crate::support::*;
+
+/// One record as read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Record {
+    partition: i32,
+    offset: i64,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    headers: Vec<(String, Option<Vec<u8>>)>,
+}
+
+impl Record {
+    fn header(&self, key: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .rfind(|(k, _)| k == key)
+            .map(|(_, v)| v.as_deref().unwrap_or_default())
+    }
+
+    fn value_text(&self) -> String {
+        text(self.value.as_deref().unwrap_or_default())
+    }
+}
+
+/// Every record of `topic` up to its current end, partition by partition.
+async fn records(topic: &str) -> Vec<Record> {
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || read_all(&topic))
+        .await
+        .expect("the reader task")
+}
+
+fn read_all(topic: &str) -> Vec<Record> {
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", unique("cli-replay-reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("a consumer");
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(15))
+        .expect("metadata");
+    let partitions: Vec<i32> = metadata.topics()[0]
+        .partitions()
+        .iter()
+        .map(|p| p.id())
+        .collect();
+    assert!(!partitions.is_empty(), "{topic} has no partitions");
+    let mut ends = std::collections::HashMap::new();
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    for p in partitions {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(15))
+            .expect("watermarks");
+        if high > low {
+            ends.insert(p, high);
+            assignment
+                .add_partition_offset(topic, p, rdkafka::Offset::Offset(low))
+                .expect("an assignment");
+        }
+    }
+    let mut out = Vec::new();
+    if ends.is_empty() {
+        return out;
+    }
+    consumer.assign(&assignment).expect("assigning");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !ends.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{topic}: read {} records, still waiting for {ends:?}",
+            out.len()
+        );
+        let Some(message) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let message = message.expect("a record");
+        let headers = message.headers().map_or_else(Vec::new, |h| {
+            h.iter()
+                .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
+                .collect()
+        });
+        if ends.get(&message.partition()) == Some(&(message.offset() + 1)) {
+            ends.remove(&message.partition());
+        }
+        out.push(Record {
+            partition: message.partition(),
+            offset: message.offset(),
+            key: message.key().map(<[u8]>::to_vec),
+            value: message.payload().map(<[u8]>::to_vec),
+            headers,
+        });
+    }
+    out.sort_by_key(|r| (r.partition, r.offset));
+    out
+}
+
+/// A dead letter to write directly into a DLQ partition: value and headers.
+struct Forged<'a> {
+    partition: i32,
+    value: &'a str,
+    headers: Vec<(&'a str, &'a [u8])>,
+}
+
+/// A letter as the worker writes it: from `topic` with `reason`, plus a trace context.
+fn letter<'a>(partition: i32, value: &'a str, topic: &'a str, reason: &'a str) -> Forged<'a> {
+    Forged {
+        partition,
+        value,
+        headers: vec![
+            (
+                "traceparent",
+                b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            ),
+            (headers::TOPIC, topic.as_bytes()),
+            (headers::PARTITION, b"0"),
+            (headers::OFFSET, b"17"),
+            (headers::REASON, reason.as_bytes()),
+        ],
+    }
+}
+
+/// Writes `letters` into `dlq` (key = value); their (partition, offset)s.
+async fn forge(dlq: &str, letters: &[Forged<'_>]) -> Vec<(i32, i64)> {
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("acks", "all")
+        .create()
+        .expect("a producer");
+    let mut out = Vec::new();
+    for letter in letters {
+        let mut headers = OwnedHeaders::new();
+        for (key, value) in &letter.headers {
+            headers = headers.insert(Header {
+                key,
+                value: Some(*value),
+            });
+        }
+        let record = FutureRecord::to(dlq)
+            .partition(letter.partition)
+            .key(letter.value)
+            .payload(letter.value)
+            .headers(headers);
+        let delivered = producer
+            .send(record, Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|(err, _)| panic!("writing to {dlq}: {err}"));
+        out.push((delivered.partition, delivered.offset));
+    }
+    out
+}
+
+/// `setup` for a config with one noop route on `topic` (and `{topic}.dlq`), `partitions` each.
+async fn setup(scratch: &Scratch, name: &str, group: &str, topic: &str, partitions: u32) -> String {
+    let cfg = scratch.write(name, &config(group, topic, "handler = \"noop\""));
+    let cfg = cfg.to_str().expect("utf-8 path").to_owned();
+    let partitions = partitions.to_string();
+    let out = share_worker(
+        &["setup", "--config", &cfg, "--partitions", &partitions],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "setup");
+    cfg
+}
+
+/// Runs `dlq replay` on `dlq` with `extra` arguments; its stdout, after checking it succeeded and
+/// printed `summary`.
+async fn replay(cfg: &str, dlq: &str, extra: &[&str], summary: &str) -> String {
+    let args = [
+        &["dlq", "replay", "--config", cfg, "--topic", dlq][..],
+        extra,
+    ]
+    .concat();
+    let out = share_worker(&args, &[]).await;
+    assert_ok(&out, &format!("{args:?}"));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!("{summary} from {dlq}")),
+        "{extra:?}: expected {summary:?} in:\n{stdout}\nstderr:\n{}",
+        text(&out.stderr)
+    );
+    if extra.contains(&"--idle") {
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("--idle is deprecated and ignored"),
+            "{stderr}"
+        );
+    }
+    stdout
+}
+
+fn summary(verb: &str, n: u64, other: u64, limit: u64, refused: u64, already: u64) -> String {
+    format!(
+        "{verb} {n}, skipped {} (other reason {other}, over the limit {limit}, marked skipped 0), refused {refused}, already replayed {already}, failed 0",
+        other + limit
+    )
+}
+
+/// The markers among `records`: (partition, letter offset) of each, after checking its shape.
+fn markers(records: &[Record]) -> BTreeSet<(i32, i64)> {
+    let mut out = BTreeSet::new();
+    for record in records {
+        let Some(kind) = record.header(headers::MARKER) else {
+            continue;
+        };
+        assert_eq!(kind, b"replayed", "{record:?}");
+        assert_eq!((&record.key, &record.value), (&None, &None), "{record:?}");
+        let offset: i64 = text(
+            record
+                .header(headers::MARKER_OFFSET)
+                .expect("a marker offset"),
+        )
+        .parse()
+        .expect("a decimal offset");
+        assert!(offset < record.offset, "{record:?}");
+        assert!(
+            out.insert((record.partition, offset)),
+            "two markers: {record:?}"
+        );
+    }
+    out
+}
+
+/// Five runs that match nothing or are dry runs change nothing; the sixth replays each matching
+/// letter once and marks it; the seventh finds them done; the eighth takes the rest.
+#[tokio::test]
+async fn replays_each_letter_once_and_leaves_the_others_untouched() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-replay");
+    let cfg = setup(
+        &scratch,
+        "worker.toml",
+        &unique("cli-replay-group"),
+        &topic,
+        2,
+    )
+    .await;
+    let dlq = format!("{topic}.dlq");
+    let written = forge(
+        &dlq,
+        &[
+            letter(0, "job-1", &topic, "rejected"),
+            letter(0, "job-2", &topic, "handler_error"),
+            letter(0, "job-3", &topic, "rejected"),
+            letter(1, "job-4", &topic, "rejected"),
+            letter(1, "job-5", &topic, "handler_error"),
+        ],
+    )
+    .await;
+    let letters = records(&dlq).await;
+    assert_eq!(letters.len(), 5);
+
+    let runs: [(&[&str], String); 5] = [
+        (&["--reason", "timeout"], summary("replayed", 0, 5, 0, 0, 0)),
+        (&["--dry-run"], summary("would replay", 5, 0, 0, 0, 0)),
+        (
+            &["--reason", "rejected", "--dry-run"],
+            summary("would replay", 3, 2, 0, 0, 0),
+        ),
+        (
+            &["--reason", "nothing", "--dry-run", "--idle", "3s"],
+            summary("would replay", 0, 5, 0, 0, 0),
+        ),
+        (
+            &["--limit", "1", "--dry-run"],
+            summary("would replay", 1, 0, 4, 0, 0),
+        ),
+    ];
+    for (args, expected) in &runs {
+        let stdout = replay(&cfg, &dlq, args, expected).await;
+        if args.contains(&"--dry-run") && !args.contains(&"nothing") && !args.contains(&"--limit") {
+            let (p, o) = written[0];
+            assert!(
+                stdout.contains(&format!(
+                    "would replay {dlq}/{p}@{o} to {topic} (reason rejected)"
+                )),
+                "{stdout}"
+            );
+        }
+        assert_eq!(records(&dlq).await, letters, "{args:?} changed the DLQ");
+        assert!(
+            records(&topic).await.is_empty(),
+            "{args:?} wrote to {topic}"
+        );
+    }
+
+    replay(
+        &cfg,
+        &dlq,
+        &["--reason", "rejected"],
+        &summary("replayed", 3, 2, 0, 0, 0),
+    )
+    .await;
+    let replayed = records(&topic).await;
+    let mut values: Vec<_> = replayed.iter().map(Record::value_text).collect();
+    values.sort();
+    assert_eq!(values, ["job-1", "job-3", "job-4"]);
+    for record in &replayed {
+        assert_eq!(record.key, record.value, "the key is kept");
+        assert_eq!(record.header("share.replay.count"), Some(&b"1"[..]));
+        assert_eq!(
+            record.header("traceparent"),
+            Some(&b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"[..])
+        );
+        assert!(
+            record
+                .headers
+                .iter()
+                .all(|(k, _)| !k.starts_with("share.dlq.")),
+            "{record:?}"
+        );
+    }
+    let dlq_now = records(&dlq).await;
+    assert_eq!(dlq_now.len(), 8, "five letters and three markers");
+    let rejected: BTreeSet<_> = [written[0], written[2], written[3]].into();
+    assert_eq!(markers(&dlq_now), rejected);
+
+    replay(
+        &cfg,
+        &dlq,
+        &["--reason", "rejected"],
+        &summary("replayed", 0, 2, 0, 0, 3),
+    )
+    .await;
+    assert_eq!(records(&topic).await.len(), 3, "nothing replayed twice");
+    assert_eq!(records(&dlq).await, dlq_now, "no marker written twice");
+
+    replay(&cfg, &dlq, &[], &summary("replayed", 2, 0, 0, 0, 3)).await;
+    assert_eq!(records(&topic).await.len(), 5);
+    assert_eq!(markers(&records(&dlq).await).len(), 5);
+}
+
+/// `share.dlq.topic` is whatever the writer of the DLQ put there: only route topics are followed;
+/// `--to` names the target instead.
+#[tokio::test]
+async fn a_letter_naming_another_topic_is_refused_unless_to_names_the_target() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-replay-route");
+    let other = unique("cli-replay-other");
+    let cfg = setup(
+        &scratch,
+        "worker.toml",
+        &unique("cli-replay-group"),
+        &topic,
+        1,
+    )
+    .await;
+    setup(
+        &scratch,
+        "other.toml",
+        &unique("cli-replay-group"),
+        &other,
+        1,
+    )
+    .await;
+    let dlq = format!("{topic}.dlq");
+    let mut binary_target = letter(0, "binary-target", &topic, "rejected");
+    binary_target.headers[1].1 = &[0xff, 0xfe, b'\n'];
+    let mut no_target = letter(0, "no-target", &topic, "rejected");
+    no_target.headers.remove(1);
+    let mut binary_reason = letter(0, "binary-reason", &topic, "rejected");
+    binary_reason.headers[4].1 = &[0xc3, 0x28];
+    let written = forge(
+        &dlq,
+        &[
+            letter(0, "elsewhere", &other, "rejected"),
+            binary_target,
+            no_target,
+            binary_reason,
+        ],
+    )
+    .await;
+
+    let stdout = replay(&cfg, &dlq, &[], &summary("replayed", 1, 0, 0, 3, 0)).await;
+    let at = |i: usize| format!("refused {dlq}/0@{}: ", written[i].1);
+    for line in [
+        format!(
+            "{}share.dlq.topic names \"{other}\", which is not a route topic",
+            at(0)
+        ),
+        format!("{}share.dlq.topic names \"\u{fffd}\u{fffd}\\n\"", at(1)),
+        format!("{}it has no share.dlq.topic header", at(2)),
+    ] {
+        assert!(stdout.contains(&line), "no {line:?} in:\n{stdout}");
+    }
+    assert!(records(&other).await.is_empty(), "wrote to {other}");
+    let replayed = records(&topic).await;
+    assert_eq!(replayed.len(), 1);
+    assert_eq!(replayed[0].value_text(), "binary-reason");
+
+    // The DLQ itself and missing topics are no targets.
+    for (to, error) in [
+        (dlq.as_str(), "that is the dead-letter topic being replayed"),
+        ("cli-replay-missing-topic", "the topic does not exist"),
+    ] {
+        let out = share_worker(
+            &[
+                "dlq", "replay", "--config", &cfg, "--topic", &dlq, "--to", to,
+            ],
+            &[],
+        )
+        .await;
+        assert!(!out.status.success(), "--to {to} succeeded");
+        assert!(text(&out.stderr).contains(error), "{}", text(&out.stderr));
+    }
+
+    replay(
+        &cfg,
+        &dlq,
+        &["--to", &topic],
+        &summary("replayed", 3, 0, 0, 0, 1),
+    )
+    .await;
+    assert!(records(&other).await.is_empty(), "wrote to {other}");
+    let mut values: Vec<_> = records(&topic)
+        .await
+        .iter()
+        .map(Record::value_text)
+        .collect();
+    values.sort();
+    assert_eq!(
+        values,
+        ["binary-reason", "binary-target", "elsewhere", "no-target"]
+    );
+}
+
+/// A truncated letter or one whose record did not decode would not republish the original record.
+#[tokio::test]
+async fn truncated_and_undecodable_letters_are_refused() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-replay-bad");
+    let cfg = setup(
+        &scratch,
+        "worker.toml",
+        &unique("cli-replay-group"),
+        &topic,
+        1,
+    )
+    .await;
+    let dlq = format!("{topic}.dlq");
+    let mut truncated = letter(0, "truncated", &topic, "handler_error");
+    truncated.headers.push((headers::TRUNCATED, b"true"));
+    truncated.headers.push((headers::ORIGINAL_SIZE, b"2000000"));
+    let mut record = letter(0, "raw record bytes", &topic, "decode");
+    record.headers.push((headers::UNDECODABLE, b"record"));
+    let mut batch = letter(0, "", &topic, "decode");
+    batch.headers.push((headers::UNDECODABLE, b"batch"));
+    let written = forge(
+        &dlq,
+        &[
+            truncated,
+            record,
+            batch,
+            letter(0, "fine", &topic, "handler_error"),
+        ],
+    )
+    .await;
+
+    let stdout = replay(&cfg, &dlq, &[], &summary("replayed", 1, 0, 0, 3, 0)).await;
+    for (i, why) in [
+        "its value was cut to fit the dead-letter topic (from 2000000 bytes)",
+        "the record did not decode: its value holds the raw encoded record",
+        "the record's batch did not decode: nothing of the record was recovered",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let line = format!("refused {dlq}/0@{}: {why}", written[i].1);
+        assert!(stdout.contains(&line), "no {line:?} in:\n{stdout}");
+    }
+    // Naming the target changes nothing for them.
+    replay(
+        &cfg,
+        &dlq,
+        &["--to", &topic],
+        &summary("replayed", 0, 0, 0, 3, 1),
+    )
+    .await;
+    let replayed = records(&topic).await;
+    assert_eq!(replayed.len(), 1);
+    assert_eq!(replayed[0].value_text(), "fine");
+    assert_eq!(markers(&records(&dlq).await), [written[3]].into());
+}
+
+/// rdkafka panics on a header name that is not UTF-8; such a letter is refused, quietly.
+#[tokio::test]
+async fn a_header_name_that_is_not_utf8_is_refused_without_a_panic() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-replay-name");
+    let cfg = setup(
+        &scratch,
+        "worker.toml",
+        &unique("cli-replay-group"),
+        &topic,
+        1,
+    )
+    .await;
+    let dlq = format!("{topic}.dlq");
+    let offset = produce_raw(&dlq, &topic, b"\xff\xfeplaceholder").await;
+    forge(&dlq, &[letter(0, "fine", &topic, "rejected")]).await;
+
+    let args = ["dlq", "replay", "--config", &cfg, "--topic", &dlq];
+    let out = share_worker(&args, &[]).await;
+    assert_ok(&out, "dlq replay");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    let line = format!("refused {dlq}/0@{offset}: a header name is not UTF-8");
+    assert!(stdout.contains(&line), "no {line:?} in:\n{stdout}");
+    assert!(
+        stdout.contains(&summary("replayed", 1, 0, 0, 1, 0)),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(records(&topic).await.len(), 1);
+}
+
+/// Writes one letter naming `target` whose second header is called `name` (any bytes) straight
+/// over the protocol, as rdkafka cannot: its offset in partition 0 of `dlq`.
+async fn produce_raw(dlq: &str, target: &str, name: &[u8]) -> i64 {
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{
+        ApiKey, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    };
+    use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const VERSION: i16 = 9;
+    // A placeholder of the same length as `name`, swapped for it once encoded.
+    let placeholder = "#".repeat(name.len());
+    let mut headers = kafka_protocol::indexmap::IndexMap::new();
+    headers.insert(
+        StrBytes::from_string(headers::TOPIC.to_owned()),
+        Some(Bytes::from(target.to_owned())),
+    );
+    headers.insert(
+        StrBytes::from_string(placeholder.clone()),
+        Some(Bytes::from_static(b"value")),
+    );
+    let record = Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: -1,
+        timestamp: 0,
+        key: None,
+        value: Some(Bytes::from_static(b"odd header")),
+        headers,
+    };
+    let mut batch = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut batch,
+        [&record],
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("encoding the batch");
+    let at = batch
+        .windows(name.len())
+        .position(|w| w == placeholder.as_bytes())
+        .expect("the placeholder in the batch");
+    batch[at..at + name.len()].copy_from_slice(name);
+    // The CRC-32C covers everything after itself (attributes on, from byte 21).
+    let crc = crc32c::crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(dlq.to_owned())))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(batch.freeze())),
+                ]),
+        ]);
+    let header = RequestHeader::default()
+        .with_request_api_key(ApiKey::Produce as i16)
+        .with_request_api_version(VERSION)
+        .with_correlation_id(1)
+        .with_client_id(Some(StrBytes::from_static_str("cli-replay-test")));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, ProduceRequest::header_version(VERSION))
+        .expect("encoding the header");
+    request
+        .encode(&mut body, VERSION)
+        .expect("encoding the request");
+    let mut stream = tokio::net::TcpStream::connect(bootstrap())
+        .await
+        .expect("connecting to the broker");
+    stream
+        .write_all(&(body.len() as i32).to_be_bytes())
+        .await
+        .expect("writing");
+    stream.write_all(&body).await.expect("writing");
+    let size = stream.read_i32().await.expect("reading the response size");
+    let mut response = vec![0; usize::try_from(size).expect("a size")];
+    stream
+        .read_exact(&mut response)
+        .await
+        .expect("reading the response");
+    let mut response = Bytes::from(response);
+    ResponseHeader::decode(&mut response, ProduceResponse::header_version(VERSION))
+        .expect("a response header");
+    let response = ProduceResponse::decode(&mut response, VERSION).expect("a produce response");
+    let partition = &response.responses[0].partition_responses[0];
+    assert_eq!(partition.error_code, 0, "{response:?}");
+    partition.base_offset
+}
