@@ -192,7 +192,11 @@ fn check_route(route: &RouteSection) -> Result<(), Invalid> {
     };
     only("url", route.url.is_some(), HandlerKind::Http)?;
     only("method", route.method.is_some(), HandlerKind::Http)?;
-    only("on-redirect", route.on_redirect.is_some(), HandlerKind::Http)?;
+    only(
+        "on-redirect",
+        route.on_redirect.is_some(),
+        HandlerKind::Http,
+    )?;
     only("command", route.command.is_some(), HandlerKind::Exec)?;
     only(
         "reject-exit-codes",

@@ -9,3 +9,4 @@ mod handlers;
 mod run;
 mod status;
 mod telemetry;
+mod untrusted;

@@ -31,7 +31,8 @@ const MAX_KEY_ENV_BYTES: usize = 32 * 1024;
 /// (another code, a signal, the timeout, a failure to start) retries.
 ///
 /// The command runs in its own process group with only the `env-pass` variables and the
-/// record's; when it exits, times out or its call is dropped, the whole group is killed.
+/// record's; when it exits, times out, its job is cancelled or its call dropped, the whole group
+/// is killed.
 #[derive(Debug)]
 pub(crate) struct Exec {
     program: String,
@@ -109,7 +110,7 @@ impl Exec {
             };
             let mut io = pin!(async { tokio::join!(write, tail.read_to_end(stderr)) });
             let mut io_done = false;
-            let waited = wait(&mut child, &mut io, &mut io_done, deadline).await;
+            let waited = wait(&mut child, &mut io, &mut io_done, deadline, job).await;
             // On exit too: what the command left running would hold its pipes and outlive it.
             group.kill();
             if !io_done {
@@ -119,11 +120,15 @@ impl Exec {
         };
         let tail = tail.reason_text();
         Ok(match waited {
-            Some(status) => self.outcome(status.context("waiting for the command")?, &tail),
-            None => Outcome::retry(with_tail(
-                format!("killed after {:?}", self.timeout),
-                &tail,
-            )),
+            Waited::Exited(status) => {
+                self.outcome(status.context("waiting for the command")?, &tail)
+            }
+            Waited::TimedOut => {
+                Outcome::retry(with_tail(format!("killed after {:?}", self.timeout), &tail))
+            }
+            Waited::Cancelled => {
+                Outcome::retry(with_tail("killed: the job was cancelled".into(), &tail))
+            }
         })
     }
 
@@ -142,19 +147,30 @@ impl Exec {
     }
 }
 
-/// Waits for `child` to exit (`Some`) or the deadline (`None`), serving its stdin and stderr
-/// (`io`) meanwhile; `io_done` tells whether `io` completed.
+/// How waiting for the command ended.
+#[derive(Debug)]
+enum Waited {
+    Exited(std::io::Result<ExitStatus>),
+    TimedOut,
+    /// The job's cancellation fired (its lock is lost, or the job timed out).
+    Cancelled,
+}
+
+/// Waits for `child` to exit, the deadline or the job's cancellation, serving its stdin and
+/// stderr (`io`) meanwhile; `io_done` tells whether `io` completed.
 async fn wait(
     child: &mut Child,
     io: &mut (impl Future<Output = ((), ())> + Unpin),
     io_done: &mut bool,
     deadline: tokio::time::Sleep,
-) -> Option<std::io::Result<ExitStatus>> {
+    job: &Job,
+) -> Waited {
     let mut deadline = pin!(deadline);
     loop {
         tokio::select! {
-            status = child.wait() => return Some(status),
-            () = &mut deadline => return None,
+            status = child.wait() => return Waited::Exited(status),
+            () = &mut deadline => return Waited::TimedOut,
+            () = job.cancelled() => return Waited::Cancelled,
             _ = &mut *io, if !*io_done => *io_done = true,
         }
     }
@@ -355,6 +371,10 @@ mod tests {
     }
 
     fn job(key: Option<&'static [u8]>) -> Job {
+        cancellable_job(key, CancellationToken::new())
+    }
+
+    fn cancellable_job(key: Option<&'static [u8]>, cancel: CancellationToken) -> Job {
         let delivery = Delivery {
             id: DeliveryId {
                 topic: Arc::from("t"),
@@ -370,7 +390,7 @@ mod tests {
             lock_duration: Duration::from_secs(30),
             acquired_at: tokio::time::Instant::now(),
         };
-        Job::new(delivery, CancellationToken::new())
+        Job::new(delivery, cancel)
     }
 
     /// Whether `pid` is a live (not zombie) process.
@@ -426,9 +446,11 @@ mod tests {
         assert_eq!(exec_.handle(&job(None)).await, Outcome::Accept);
     }
 
-    #[tokio::test]
-    async fn a_dropped_call_kills_the_whole_process_group() {
-        let dir = std::env::temp_dir().join(format!("exec-drop-{}", uuid::Uuid::new_v4()));
+    /// Starts a command that starts two `sleep`s, in a task; the task and the three pids.
+    async fn start_sleepers(
+        cancel: CancellationToken,
+    ) -> (tokio::task::JoinHandle<Outcome>, Vec<String>) {
+        let dir = std::env::temp_dir().join(format!("exec-group-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
         let pids = dir.join("pids");
         let exec = exec(
@@ -438,13 +460,29 @@ mod tests {
             ),
             "",
         );
-        let call = tokio::spawn(async move { exec.handle(&job(None)).await });
+        let call = tokio::spawn(async move { exec.handle(&cancellable_job(None, cancel)).await });
         let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
         wait_for("the pids", || read(&pids).lines().count() == 3).await;
         let started: Vec<String> = read(&pids).lines().map(str::to_owned).collect();
         assert!(started.iter().all(|pid| alive(pid)), "{started:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+        (call, started)
+    }
+
+    #[tokio::test]
+    async fn a_dropped_call_kills_the_whole_process_group() {
+        let (call, started) = start_sleepers(CancellationToken::new()).await;
         call.abort();
         wait_for("the group to die", || !started.iter().any(|pid| alive(pid))).await;
-        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_job_kills_the_whole_process_group() {
+        let cancel = CancellationToken::new();
+        let (call, started) = start_sleepers(cancel.clone()).await;
+        cancel.cancel();
+        let outcome = call.await.unwrap();
+        assert_eq!(outcome, Outcome::retry("killed: the job was cancelled"));
+        wait_for("the group to die", || !started.iter().any(|pid| alive(pid))).await;
     }
 }

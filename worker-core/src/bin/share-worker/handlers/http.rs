@@ -113,7 +113,11 @@ fn redirect_reason(status: StatusCode, headers: &HeaderMap) -> String {
     };
     let location = String::from_utf8_lossy(location.as_bytes());
     let kept = first_chars(&location, MAX_LOCATION_CHARS);
-    let cut = if kept.len() < location.len() { "…" } else { "" };
+    let cut = if kept.len() < location.len() {
+        "…"
+    } else {
+        ""
+    };
     format!(
         "HTTP {status}, not followed; Location: {}{cut}",
         one_line(kept)
@@ -164,7 +168,10 @@ mod tests {
 
     #[test]
     fn a_redirect_is_never_an_accept() {
-        let to = headers(&[(LOCATION, HeaderValue::from_static("https://sso.example/login"))]);
+        let to = headers(&[(
+            LOCATION,
+            HeaderValue::from_static("https://sso.example/login"),
+        )]);
         let reason = "HTTP 302 Found, not followed; Location: https://sso.example/login";
         assert_eq!(
             classify(StatusCode::FOUND, &to, OnRedirect::Retry),
