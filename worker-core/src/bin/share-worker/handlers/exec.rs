@@ -189,19 +189,19 @@ fn with_tail(what: String, tail: &str) -> String {
 /// without NUL, else `SHARE_WORKER_KEY_HEX` (lowercase hex). `None` when the key is too large for
 /// the environment.
 fn key_env(key: &[u8]) -> Option<(&'static str, String)> {
-    let (name, value) = match std::str::from_utf8(key) {
-        Ok(text) if !text.contains('\0') => ("SHARE_WORKER_KEY", text.to_owned()),
-        _ => ("SHARE_WORKER_KEY_HEX", hex(key)),
-    };
-    (value.len() <= MAX_KEY_ENV_BYTES).then_some((name, value))
+    match std::str::from_utf8(key) {
+        Ok(text) if !text.contains('\0') => {
+            (text.len() <= MAX_KEY_ENV_BYTES).then(|| ("SHARE_WORKER_KEY", text.to_owned()))
+        }
+        _ => (key.len() * 2 <= MAX_KEY_ENV_BYTES).then(|| ("SHARE_WORKER_KEY_HEX", hex(key))),
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    use std::fmt::Write;
     let mut out = String::with_capacity(bytes.len() * 2);
-    for &b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
     }
     out
 }
@@ -222,7 +222,8 @@ impl ProcessGroup {
 
     fn kill(&mut self) {
         if let Some(pgid) = self.0.take() {
-            // ESRCH: every member has exited already.
+            // ESRCH: every member has exited already. The id cannot name another group while a
+            // member lives; once none does, only a wrap-around of the pid space could reuse it.
             let _ = killpg(pgid, Signal::SIGKILL);
         }
     }
