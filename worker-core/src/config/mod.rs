@@ -60,8 +60,9 @@ use crate::{Error, ErrorKind, Result, WorkerBuilder};
 pub use env::ENV_PREFIX;
 pub use error::ConfigError;
 pub use model::{
-    Config, DEFAULT_ROUTE_TIMEOUT, DlqSection, HandlerKind, KafkaSection, LogFormat, OffsetReset,
-    RetrySection, RouteSection, TelemetrySection, WorkerSection,
+    Config, DEFAULT_ENV_PASS, DEFAULT_ROUTE_TIMEOUT, DlqSection, HandlerKind, KafkaSection,
+    LogFormat, OffsetReset, OnRedirect, RECORD_ENV_PREFIX, RetrySection, RouteSection,
+    TelemetrySection, WorkerSection,
 };
 
 use env::EnvOverride;

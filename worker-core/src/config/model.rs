@@ -237,12 +237,20 @@ pub struct RouteSection {
     /// http: the method (default `POST`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
+    /// http: what a 3xx answer does; redirects are never followed, since a POST that becomes a GET
+    /// to a login page would accept a record that was never delivered (default `retry`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_redirect: Option<OnRedirect>,
     /// exec: the program and its arguments. Required for exec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
     /// exec: exit codes that reject the record instead of retrying it (default none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reject_exit_codes: Option<Vec<i32>>,
+    /// exec: the worker's environment variables the command sees; every other one (credentials
+    /// included) is withheld (default [`DEFAULT_ENV_PASS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_pass: Option<Vec<String>>,
     /// noop: how long to wait before accepting (default 0).
     #[serde(
         default,
@@ -252,8 +260,36 @@ pub struct RouteSection {
     pub delay: Option<Duration>,
 }
 
+impl RouteSection {
+    /// exec: the variables passed through to the command (`env-pass` or its default).
+    pub fn env_pass(&self) -> Vec<String> {
+        match &self.env_pass {
+            Some(names) => names.clone(),
+            None => DEFAULT_ENV_PASS.iter().map(|&n| n.to_owned()).collect(),
+        }
+    }
+}
+
+/// What an http route does with a 3xx answer (`on-redirect`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnRedirect {
+    /// Retry the record: the endpoint may be moving and come back.
+    #[default]
+    Retry,
+    /// Reject the record (dead-lettered with `dlq.on-reject`).
+    Reject,
+}
+
 /// The default route timeout for http and exec.
 pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The variables an exec command sees by default: what finds programs and sets the locale, time
+/// zone, home and temporary directory; never credentials.
+pub const DEFAULT_ENV_PASS: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"];
+
+/// The prefix of the variables the exec handler sets per record; `env-pass` may not name them.
+pub const RECORD_ENV_PREFIX: &str = "SHARE_WORKER_";
 
 fn default_client_id() -> String {
     "share-worker".to_owned()

@@ -246,6 +246,63 @@ fn broken_files_name_the_key_and_the_line() {
             11,
             "applies to handler = \"http\" only",
         ),
+        // A redirect policy that does not exist, or on a route that sends no requests.
+        (
+            MINIMAL.replace(
+                "handler = \"noop\"",
+                "handler = \"http\"\nurl = \"http://x\"\non-redirect = \"follow\"",
+            ),
+            "route[0].on-redirect",
+            12,
+            "unknown value \"follow\"; expected one of: retry, reject",
+        ),
+        (
+            MINIMAL.replace(
+                "handler = \"noop\"",
+                "handler = \"exec\"\ncommand = [\"x\"]\non-redirect = \"reject\"",
+            ),
+            "route[0].on-redirect",
+            12,
+            "applies to handler = \"http\" only",
+        ),
+        // Variables an exec command cannot be given.
+        (
+            MINIMAL.replace(
+                "handler = \"noop\"",
+                "handler = \"exec\"\ncommand = [\"x\"]\nenv-pass = [\"PATH\", \"A=B\"]",
+            ),
+            "route[0].env-pass",
+            12,
+            "expected environment variable names",
+        ),
+        (
+            MINIMAL.replace(
+                "handler = \"noop\"",
+                "handler = \"exec\"\ncommand = [\"x\"]\nenv-pass = [\"SHARE_WORKER__KAFKA__BOOTSTRAP\"]",
+            ),
+            "route[0].env-pass",
+            12,
+            "set by the worker",
+        ),
+        (
+            MINIMAL.replace(
+                "handler = \"noop\"",
+                "handler = \"http\"\nurl = \"http://x\"\nenv-pass = []",
+            ),
+            "route[0].env-pass",
+            12,
+            "applies to handler = \"exec\" only",
+        ),
+        // A program that could never start.
+        (
+            MINIMAL.replace(
+                "handler = \"noop\"",
+                "handler = \"exec\"\ncommand = [\"/bin/x\", \"a\\u0000b\"]",
+            ),
+            "route[0].command",
+            11,
+            "without NUL characters",
+        ),
         // A bad dead-letter template.
         (
             format!("{MINIMAL}[dlq]\ntopic = \"{{partition}}.dlq\"\n"),
@@ -274,6 +331,30 @@ fn broken_files_name_the_key_and_the_line() {
     assert!(err.to_string().contains("route"), "{err}");
     let err = broken(|m| m.replace("[worker]\ngroup = \"g\"\n", ""));
     assert_eq!(err.key(), "worker", "{err}");
+}
+
+#[test]
+fn route_safety_keys_have_careful_defaults() {
+    let config = parse(ISSUE).unwrap();
+    assert_eq!(config.routes[0].on_redirect, None, "retry unless set");
+    assert_eq!(OnRedirect::default(), OnRedirect::Retry);
+    assert_eq!(config.routes[1].env_pass(), DEFAULT_ENV_PASS);
+    assert!(!DEFAULT_ENV_PASS.iter().any(|n| n.contains("SECRET")));
+    let config = parse(REFERENCE).unwrap();
+    assert_eq!(config.routes[0].on_redirect, Some(OnRedirect::Retry));
+    let text = MINIMAL.replace(
+        "handler = \"noop\"",
+        "handler = \"exec\"\ncommand = [\"x\"]\nenv-pass = []",
+    );
+    assert!(parse(&text).unwrap().routes[0].env_pass().is_empty());
+    let text = MINIMAL.replace(
+        "handler = \"noop\"",
+        "handler = \"http\"\nurl = \"http://x\"\non-redirect = \"reject\"",
+    );
+    assert_eq!(
+        parse(&text).unwrap().routes[0].on_redirect,
+        Some(OnRedirect::Reject)
+    );
 }
 
 #[test]

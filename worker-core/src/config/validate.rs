@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::model::{Config, HandlerKind, RouteSection};
+use super::model::{Config, HandlerKind, RECORD_ENV_PREFIX, RouteSection};
 use crate::dlq::DlqTopic;
 
 /// A failed check: the key path (TOML segments) and what was expected.
@@ -192,12 +192,21 @@ fn check_route(route: &RouteSection) -> Result<(), Invalid> {
     };
     only("url", route.url.is_some(), HandlerKind::Http)?;
     only("method", route.method.is_some(), HandlerKind::Http)?;
+    only(
+        "on-redirect",
+        route.on_redirect.is_some(),
+        HandlerKind::Http,
+    )?;
     only("command", route.command.is_some(), HandlerKind::Exec)?;
     only(
         "reject-exit-codes",
         route.reject_exit_codes.is_some(),
         HandlerKind::Exec,
     )?;
+    only("env-pass", route.env_pass.is_some(), HandlerKind::Exec)?;
+    for name in route.env_pass.iter().flatten() {
+        check_env_name(name).map_err(|message| bad(&["env-pass"], message))?;
+    }
     only("delay", route.delay.is_some(), HandlerKind::Noop)?;
     match kind {
         HandlerKind::Http => {
@@ -235,6 +244,13 @@ fn check_route(route: &RouteSection) -> Result<(), Invalid> {
                     "expected a non-empty argv list like [\"/bin/send\", \"--stdin\"]",
                 ));
             }
+            // The process could never start: every record would end in the DLQ.
+            Some(command) if command.iter().any(|arg| arg.contains('\0')) => {
+                return Err(bad(
+                    &["command"],
+                    "expected arguments without NUL characters",
+                ));
+            }
             Some(_) => {}
         },
         HandlerKind::Noop => {
@@ -242,6 +258,21 @@ fn check_route(route: &RouteSection) -> Result<(), Invalid> {
                 return Err(bad(&["timeout"], "applies to http and exec routes only"));
             }
         }
+    }
+    Ok(())
+}
+
+/// An `env-pass` entry: a variable name the worker may hand on.
+fn check_env_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.contains(['=', '\0']) {
+        return Err(format!(
+            "expected environment variable names (no `=`, no NUL), found {name:?}"
+        ));
+    }
+    if name.starts_with(RECORD_ENV_PREFIX) {
+        return Err(format!(
+            "{name:?}: the {RECORD_ENV_PREFIX}* variables are the record's, set by the worker"
+        ));
     }
     Ok(())
 }

@@ -92,6 +92,38 @@ pub(crate) async fn connection(mut stream: TcpStream, seen: Arc<Mutex<Seen>>) {
     }
 }
 
+/// Answers a request for `/send` with `302 Found` and `location`, any other with 200; keeps the
+/// path of every request.
+pub(crate) async fn redirecting(
+    listener: TcpListener,
+    location: Vec<u8>,
+    paths: Arc<Mutex<Vec<String>>>,
+) {
+    while let Ok((mut stream, _)) = listener.accept().await {
+        let location = location.clone();
+        let paths = paths.clone();
+        tokio::spawn(async move {
+            let mut buffer = Vec::new();
+            while let Some((head, _)) = read_request(&mut stream, &mut buffer).await {
+                let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+                let mut response = if path == "/send" {
+                    let mut head = b"HTTP/1.1 302 Found\r\nLocation: ".to_vec();
+                    head.extend_from_slice(&location);
+                    head.extend_from_slice(b"\r\n");
+                    head
+                } else {
+                    b"HTTP/1.1 200 OK\r\n".to_vec()
+                };
+                response.extend_from_slice(b"Content-Length: 0\r\n\r\n");
+                paths.lock().expect("the paths lock").push(path);
+                if stream.write_all(&response).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
 /// What a fake OTLP/HTTP collector received: (path, protobuf body) per request.
 pub(crate) type Exports = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
 

@@ -10,3 +10,4 @@ mod replay;
 mod run;
 mod status;
 mod telemetry;
+mod untrusted;

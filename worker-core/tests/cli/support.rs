@@ -151,6 +151,15 @@ pub(crate) async fn setup_and_produce(
 }
 
 pub(crate) async fn run_until_idle(scratch: &Scratch, cfg: &str) -> Value {
+    run_until_idle_with(scratch, cfg, &[]).await
+}
+
+/// [`run_until_idle`] with `env` set on the worker process.
+pub(crate) async fn run_until_idle_with(
+    scratch: &Scratch,
+    cfg: &str,
+    env: &[(&str, &str)],
+) -> Value {
     let stats = scratch.0.join("stats.json");
     let out = share_worker(
         &[
@@ -162,7 +171,7 @@ pub(crate) async fn run_until_idle(scratch: &Scratch, cfg: &str) -> Value {
             "--stats-json",
             stats.to_str().expect("utf-8 path"),
         ],
-        &[],
+        env,
     )
     .await;
     assert_ok(&out, "run");

@@ -3,26 +3,34 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use reqwest::header::RETRY_AFTER;
-use reqwest::{Method, StatusCode};
-use worker_core::config::RouteSection;
+use reqwest::header::{HeaderMap, LOCATION, RETRY_AFTER};
+use reqwest::{Method, StatusCode, Url, redirect};
+use worker_core::config::{OnRedirect, RouteSection};
 use worker_core::{Job, Outcome};
 
+use super::{first_chars, one_line};
+
+/// How much of a `Location` header a reason quotes: it is the endpoint's to choose.
+const MAX_LOCATION_CHARS: usize = 200;
+
 /// Sends each record: 2xx accepts; 408, 429, 5xx, a timeout or a connection error retries
-/// (honouring `Retry-After` in seconds); any other status rejects.
+/// (honouring `Retry-After` in seconds); a 3xx retries or rejects (`on-redirect`) and is never
+/// followed; any other status rejects. Only the status and headers are read: the body never is.
 #[derive(Debug)]
 pub(crate) struct Http {
     client: reqwest::Client,
     method: Method,
-    url: String,
+    url: Url,
+    on_redirect: OnRedirect,
 }
 
 impl Http {
     pub(crate) fn new(route: &RouteSection, timeout: Duration) -> anyhow::Result<Self> {
         let url = route
             .url
-            .clone()
+            .as_deref()
             .with_context(|| format!("route {}: http needs a url", route.topic))?;
+        let url = Url::parse(url).with_context(|| format!("route {}: bad url", route.topic))?;
         let method = route
             .method
             .as_deref()
@@ -30,14 +38,18 @@ impl Http {
             .to_ascii_uppercase();
         let method = Method::from_bytes(method.as_bytes())
             .with_context(|| format!("route {}: bad method {method:?}", route.topic))?;
+        // A followed 301/302/303 turns the POST into a GET without the payload, and the 200 of
+        // whatever page it lands on would accept a record that was never delivered.
         let client = reqwest::Client::builder()
             .timeout(timeout)
+            .redirect(redirect::Policy::none())
             .build()
             .context("creating the HTTP client")?;
         Ok(Self {
             client,
             method,
             url,
+            on_redirect: route.on_redirect.unwrap_or_default(),
         })
     }
 
@@ -46,7 +58,7 @@ impl Http {
         let body = job.payload().cloned().unwrap_or_default();
         let request = self
             .client
-            .request(self.method.clone(), &self.url)
+            .request(self.method.clone(), self.url.clone())
             .header("X-Share-Topic", &*id.topic)
             .header("X-Share-Partition", id.partition.to_string())
             .header("X-Share-Offset", id.offset.to_string())
@@ -57,7 +69,8 @@ impl Http {
             )
             .body(body);
         match request.send().await {
-            Ok(response) => classify(response.status(), response.headers().get(RETRY_AFTER)),
+            // The response is dropped unread: a large or endless body costs nothing.
+            Ok(response) => classify(response.status(), response.headers(), self.on_redirect),
             Err(err) if err.is_timeout() => Outcome::retry(format!("timed out: {err}")),
             Err(err) => Outcome::retry(format!("request failed: {err}")),
         }
@@ -65,9 +78,16 @@ impl Http {
 }
 
 /// The outcome of a response.
-fn classify(status: StatusCode, retry_after: Option<&reqwest::header::HeaderValue>) -> Outcome {
+fn classify(status: StatusCode, headers: &HeaderMap, on_redirect: OnRedirect) -> Outcome {
     if status.is_success() {
         return Outcome::Accept;
+    }
+    if status.is_redirection() {
+        let reason = redirect_reason(status, headers);
+        return match on_redirect {
+            OnRedirect::Retry => Outcome::retry(reason),
+            OnRedirect::Reject => Outcome::reject(reason),
+        };
     }
     let reason = format!("HTTP {status}");
     let retryable = status == StatusCode::REQUEST_TIMEOUT
@@ -76,7 +96,8 @@ fn classify(status: StatusCode, retry_after: Option<&reqwest::header::HeaderValu
     if !retryable {
         return Outcome::reject(reason);
     }
-    let after = retry_after
+    let after = headers
+        .get(RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     match after {
@@ -85,36 +106,109 @@ fn classify(status: StatusCode, retry_after: Option<&reqwest::header::HeaderValu
     }
 }
 
+/// `HTTP 302 Found, not followed; Location: …`, the Location cut and kept on one line.
+fn redirect_reason(status: StatusCode, headers: &HeaderMap) -> String {
+    let Some(location) = headers.get(LOCATION) else {
+        return format!("HTTP {status}, not followed; no Location");
+    };
+    let location = String::from_utf8_lossy(location.as_bytes());
+    let kept = first_chars(&location, MAX_LOCATION_CHARS);
+    let cut = if kept.len() < location.len() {
+        "…"
+    } else {
+        ""
+    };
+    format!(
+        "HTTP {status}, not followed; Location: {}{cut}",
+        one_line(kept)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use reqwest::header::HeaderValue;
 
     use super::*;
 
+    fn headers(pairs: &[(reqwest::header::HeaderName, HeaderValue)]) -> HeaderMap {
+        pairs.iter().cloned().collect()
+    }
+
     #[test]
     fn statuses_map_to_outcomes() {
-        assert_eq!(classify(StatusCode::OK, None), Outcome::Accept);
-        assert_eq!(classify(StatusCode::NO_CONTENT, None), Outcome::Accept);
-        let two = HeaderValue::from_static("2");
+        let none = HeaderMap::new();
+        let retry = OnRedirect::Retry;
+        assert_eq!(classify(StatusCode::OK, &none, retry), Outcome::Accept);
         assert_eq!(
-            classify(StatusCode::TOO_MANY_REQUESTS, Some(&two)),
+            classify(StatusCode::NO_CONTENT, &none, retry),
+            Outcome::Accept
+        );
+        let two = headers(&[(RETRY_AFTER, HeaderValue::from_static("2"))]);
+        assert_eq!(
+            classify(StatusCode::TOO_MANY_REQUESTS, &two, retry),
             Outcome::retry_after(Duration::from_secs(2), "HTTP 429 Too Many Requests")
         );
         assert!(matches!(
-            classify(StatusCode::SERVICE_UNAVAILABLE, None),
+            classify(StatusCode::SERVICE_UNAVAILABLE, &none, retry),
             Outcome::Retry { after: None, .. }
         ));
         assert!(matches!(
-            classify(StatusCode::REQUEST_TIMEOUT, None),
+            classify(StatusCode::REQUEST_TIMEOUT, &none, retry),
             Outcome::Retry { .. }
         ));
         assert!(matches!(
-            classify(StatusCode::BAD_REQUEST, None),
+            classify(StatusCode::BAD_REQUEST, &none, retry),
             Outcome::Reject { .. }
         ));
         assert!(matches!(
-            classify(StatusCode::NOT_FOUND, Some(&two)),
+            classify(StatusCode::NOT_FOUND, &two, retry),
             Outcome::Reject { .. }
         ));
+    }
+
+    #[test]
+    fn a_redirect_is_never_an_accept() {
+        let to = headers(&[(
+            LOCATION,
+            HeaderValue::from_static("https://sso.example/login"),
+        )]);
+        let reason = "HTTP 302 Found, not followed; Location: https://sso.example/login";
+        assert_eq!(
+            classify(StatusCode::FOUND, &to, OnRedirect::Retry),
+            Outcome::retry(reason)
+        );
+        assert_eq!(
+            classify(StatusCode::FOUND, &to, OnRedirect::Reject),
+            Outcome::reject(reason)
+        );
+        for status in [301, 303, 304, 307, 308] {
+            let status = StatusCode::from_u16(status).unwrap();
+            assert!(matches!(
+                classify(status, &HeaderMap::new(), OnRedirect::Retry),
+                Outcome::Retry { after: None, .. }
+            ));
+        }
+        assert_eq!(
+            redirect_reason(StatusCode::MOVED_PERMANENTLY, &HeaderMap::new()),
+            "HTTP 301 Moved Permanently, not followed; no Location"
+        );
+    }
+
+    #[test]
+    fn a_hostile_location_is_cut_and_kept_on_one_line() {
+        // Header values cannot hold ASCII controls, but line separators and invalid UTF-8 pass.
+        let mut long = b"http://x/\xe2\x80\xa8\xff\xe2\x80\xae".to_vec();
+        long.extend(std::iter::repeat_n(b'a', 10_000));
+        let to = headers(&[(LOCATION, HeaderValue::from_bytes(&long).unwrap())]);
+        let reason = redirect_reason(StatusCode::SEE_OTHER, &to);
+        assert!(
+            reason.starts_with(
+                "HTTP 303 See Other, not followed; Location: http://x/\\u{2028}\u{fffd}\\u{202e}aaa"
+            ),
+            "{reason}"
+        );
+        assert!(reason.ends_with("a…"), "{reason}");
+        assert!(reason.len() < 300, "{}", reason.len());
+        assert!(!reason.chars().any(char::is_control));
     }
 }

@@ -68,3 +68,64 @@ pub(crate) fn service(
         None => BoxService::new(service),
     })
 }
+
+/// At most the first `max` characters of `text`.
+fn first_chars(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => text.get(..end).unwrap_or(text),
+        None => text,
+    }
+}
+
+/// At most the last `max` characters of `text`.
+fn last_chars(text: &str, max: usize) -> &str {
+    let Some(skip) = max.checked_sub(1) else {
+        return "";
+    };
+    match text.char_indices().rev().nth(skip) {
+        Some((start, _)) => text.get(start..).unwrap_or(text),
+        None => text,
+    }
+}
+
+/// `text` as it may appear inside one log line: control characters (newlines, escape sequences)
+/// and the Unicode line separators and direction overrides are written as `\u{..}` escapes.
+fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let unsafe_in_a_line = c.is_control()
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if unsafe_in_a_line {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuts_fall_on_char_boundaries() {
+        assert_eq!(first_chars("héllo", 2), "hé");
+        assert_eq!(first_chars("hé", 5), "hé");
+        assert_eq!(first_chars("hé", 0), "");
+        assert_eq!(last_chars("héllo", 4), "éllo");
+        assert_eq!(last_chars("ß€😀", 2), "€😀");
+        assert_eq!(last_chars("ab", 5), "ab");
+        assert_eq!(last_chars("ab", 0), "");
+        assert_eq!(last_chars("", 3), "");
+    }
+
+    #[test]
+    fn one_line_escapes_what_breaks_a_line() {
+        assert_eq!(one_line("a\nb\r\tc"), "a\\nb\\r\\tc");
+        assert_eq!(one_line("\u{1b}[31mred"), "\\u{1b}[31mred");
+        assert_eq!(one_line("x\u{2028}y\u{202e}z"), "x\\u{2028}y\\u{202e}z");
+        assert_eq!(one_line("plain ünïcode ✓"), "plain ünïcode ✓");
+        assert!(!one_line("\0\u{7f}\u{85}").chars().any(char::is_control));
+    }
+}
