@@ -184,6 +184,9 @@ impl Config {
         if let Some(max) = self.retry.max_attempts {
             builder = builder.max_attempts(max);
         }
+        if let Some(limit) = self.retry.assume_delivery_limit {
+            builder = builder.assume_delivery_limit(limit);
+        }
         if let Some(dlq) = &self.dlq {
             builder = builder.dlq_on_reject(dlq.on_reject);
         }

@@ -123,11 +123,16 @@ pub struct RetrySection {
     /// Whether a random extra of up to the delay is added (default true).
     #[serde(default = "yes")]
     pub jitter: bool,
+    /// The group's delivery-count limit to assume when the worker cannot read it (default: none,
+    /// and such a worker does not start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assume_delivery_limit: Option<u16>,
 }
 
 impl Default for RetrySection {
     fn default() -> Self {
         Self {
+            assume_delivery_limit: None,
             max_attempts: None,
             backoff_initial: default_backoff_initial(),
             backoff_max: default_backoff_max(),

@@ -24,6 +24,7 @@ backoff-initial = "1s"
 backoff-max = "5m"
 backoff-multiplier = 2.0
 jitter = true
+assume-delivery-limit = 5
 [dlq]
 topic = "{topic}.dlq"
 on-reject = true
@@ -222,6 +223,15 @@ fn broken_files_name_the_key_and_the_line() {
             "worker.renew-at",
             7,
             "between 0 and 1",
+        ),
+        (
+            MINIMAL.replace(
+                "[[route]]",
+                "[retry]\nassume-delivery-limit = 1\n\n[[route]]",
+            ),
+            "retry.assume-delivery-limit",
+            9,
+            "expected at least 2",
         ),
         // An http route without url, an exec route without command.
         (

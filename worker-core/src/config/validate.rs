@@ -84,6 +84,12 @@ pub(crate) fn check(config: &Config) -> Result<(), Invalid> {
             "expected at least 1, found 0",
         ));
     }
+    if retry.assume_delivery_limit.is_some_and(|limit| limit < 2) {
+        return Err(bad(
+            &["retry", "assume-delivery-limit"],
+            "expected at least 2 (Kafka's smallest delivery-count limit)",
+        ));
+    }
     if retry.backoff_initial.is_zero() {
         return Err(bad(
             &["retry", "backoff-initial"],
