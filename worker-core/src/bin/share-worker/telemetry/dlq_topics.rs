@@ -77,7 +77,7 @@ pub(crate) fn spawn_check(
             if *sender.borrow() != now {
                 match now.readiness() {
                     Ok(()) => tracing::info!("the dead-letter topics exist"),
-                    Err(why) => tracing::warn!(%why, "not ready"),
+                    Err(why) => tracing::warn!(reason = %why, "/readyz: not ready"),
                 }
             }
             if sender.send(now).is_err() {

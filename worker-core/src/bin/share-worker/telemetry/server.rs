@@ -205,9 +205,9 @@ mod tests {
             if slow.write_all(b"G").await.is_err() {
                 break started.elapsed();
             }
-            match tokio::time::timeout(Duration::from_millis(100), slow.read(&mut buf)).await {
-                Ok(Ok(0) | Err(_)) => break started.elapsed(),
-                Ok(Ok(_)) | Err(_) => {}
+            let read = tokio::time::timeout(Duration::from_millis(100), slow.read(&mut buf)).await;
+            if let Ok(Ok(0) | Err(_)) = read {
+                break started.elapsed();
             }
             assert!(started.elapsed() < limits.head + SLACK, "never cut");
         };
@@ -215,6 +215,44 @@ mod tests {
             closed >= limits.head - Duration::from_millis(50),
             "{closed:?}"
         );
+        stop.cancel();
+        server.await.expect("the server stops");
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_closed_at_its_deadline_whatever_it_is_doing() {
+        let limits = Limits {
+            lifetime: Duration::from_millis(300),
+            ..small()
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding");
+        let addr = listener.local_addr().expect("an address");
+        let never = || std::future::pending::<&'static str>();
+        let app = Router::new().route("/healthz", get(never));
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve(listener, app, limits, stop.clone()));
+        let opened = Instant::now();
+        let answer = healthz(addr).await;
+        assert_eq!(answer.as_deref(), Some(""), "closed without an answer");
+        assert!(
+            opened.elapsed() >= limits.lifetime,
+            "{:?}",
+            opened.elapsed()
+        );
+        stop.cancel();
+        server.await.expect("the server stops");
+    }
+
+    #[tokio::test]
+    async fn an_oversized_head_is_refused() {
+        let (addr, stop, server) = start(small()).await;
+        let mut stream = TcpStream::connect(addr).await.expect("connecting");
+        let padding = "a".repeat(MAX_HEAD_BYTES);
+        let head = format!("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: {padding}\r\n\r\n");
+        // The server may close before it has read all of it.
+        let _ = stream.write_all(head.as_bytes()).await;
+        let answer = read_to_close(&mut stream, SLACK).await.expect("an answer");
+        assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
         stop.cancel();
         server.await.expect("the server stops");
     }
