@@ -1,5 +1,7 @@
 //! The telemetry listener (`/healthz`, `/readyz`, `/metrics`) and OTLP export.
 
+mod listener;
+
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -17,7 +17,7 @@ use crate::activity::Activity;
 use crate::handlers;
 use crate::otel::Otel;
 use crate::stats::Stats;
-use crate::telemetry::{self, Telemetry};
+use crate::telemetry::TelemetryServer;
 
 pub(crate) async fn run(
     config: Config,
@@ -26,12 +26,18 @@ pub(crate) async fn run(
     otel: &Otel,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
-    let listener = match config.telemetry.listen {
-        Some(addr) => Some(
-            TcpListener::bind(addr)
+    let telemetry = match config.telemetry.listen {
+        Some(addr) => {
+            let listener = TcpListener::bind(addr)
                 .await
-                .with_context(|| format!("telemetry.listen: cannot listen on {addr}"))?,
-        ),
+                .with_context(|| format!("telemetry.listen: cannot listen on {addr}"))?;
+            Some(TelemetryServer::start(
+                listener,
+                otel.registry(),
+                config.kafka.bootstrap.clone(),
+                config.dlq_topics(),
+            ))
+        }
         None => None,
     };
     let source = config.source_builder().build().await.with_context(|| {
@@ -67,22 +73,18 @@ pub(crate) async fn run(
         );
     }
     let worker = builder.build()?;
-    let server = listener.map(|listener| {
-        let telemetry = Telemetry {
-            registry: otel.registry(),
-            source,
-            bootstrap: config.kafka.bootstrap.clone(),
-            dlq_topics: config.dlq_topics(),
-            shutdown: worker.shutdown_handle(),
-        };
-        tokio::spawn(telemetry::serve(listener, Arc::new(telemetry)))
-    });
+    if let Some(telemetry) = &telemetry {
+        telemetry.attach(worker.health(), source);
+    }
     let watcher = exit_when_idle
         .map(|idle| tokio::spawn(watch_idle(activity.clone(), idle, worker.shutdown_handle())));
     tracing::info!(group = %config.worker.group, topics = ?config.topics().collect::<Vec<_>>(), "worker started");
     let result = worker.run_until_signal().await;
-    for task in [watcher, server].into_iter().flatten() {
-        task.abort();
+    if let Some(watcher) = watcher {
+        watcher.abort();
+    }
+    if let Some(telemetry) = telemetry {
+        telemetry.stop().await;
     }
     let summary = result.context("the worker stopped with an error")?;
     let stats = Stats::new(&summary, &activity, started.elapsed());

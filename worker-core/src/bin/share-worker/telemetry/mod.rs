@@ -1,0 +1,127 @@
+//! The `[telemetry] listen` HTTP listener: `/healthz` (the worker's loop makes progress),
+//! `/readyz` (it takes work: running, partitions assigned, dead-letter topics present) and
+//! `/metrics` (Prometheus text).
+//!
+//! Every answer comes from memory: the only network call is the dead-letter topic check, which
+//! runs in the background ([`dlq_topics`]) so that no client can make the worker open Kafka
+//! connections. The listener serves from the moment it is bound, so probes get answers while the
+//! worker is still joining its group.
+
+mod dlq_topics;
+mod routes;
+mod server;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use worker_core::kafka::KafkaSource;
+use worker_core::runtime::WorkerHealth;
+
+use routes::{Probes, WorkerState};
+use server::Limits;
+
+/// `/healthz` fails once the dispatcher has not run for this long. It runs at least once a
+/// second while the worker runs, so this is ten missed wakes, not a busy moment.
+pub(crate) const LIVENESS_MAX_SILENCE: Duration = Duration::from_secs(10);
+
+/// How often the dead-letter topics are looked up (the first time at start).
+pub(crate) const DLQ_CHECK_INTERVAL: Duration = Duration::from_secs(30);
+
+/// The running listener; dropping it stops the listener without waiting.
+#[derive(Debug)]
+pub(crate) struct TelemetryServer {
+    worker: Arc<OnceLock<Box<dyn WorkerState>>>,
+    stop: CancellationToken,
+    server: JoinHandle<()>,
+    dlq_check: Option<JoinHandle<()>>,
+}
+
+impl TelemetryServer {
+    /// Serves `listener` and starts checking that `dlq_topics` exist at `bootstrap`.
+    pub(crate) fn start(
+        listener: TcpListener,
+        registry: prometheus::Registry,
+        bootstrap: String,
+        dlq_topics: Vec<String>,
+    ) -> Self {
+        let (dlq_topics, dlq_check) =
+            dlq_topics::spawn_check(bootstrap, dlq_topics, DLQ_CHECK_INTERVAL);
+        let worker = Arc::new(OnceLock::new());
+        let probes = Probes {
+            worker: worker.clone(),
+            dlq_topics,
+            registry,
+            max_silence: LIVENESS_MAX_SILENCE,
+        };
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(server::serve(
+            listener,
+            routes::router(Arc::new(probes)),
+            Limits::default(),
+            stop.clone(),
+        ));
+        Self {
+            worker,
+            stop,
+            server,
+            dlq_check,
+        }
+    }
+
+    /// From now on the probes report on this worker (until then: alive, not ready).
+    pub(crate) fn attach(&self, health: WorkerHealth, source: KafkaSource) {
+        if self
+            .worker
+            .set(Box::new(Running { health, source }))
+            .is_err()
+        {
+            tracing::warn!("telemetry listener: a second worker was attached and is ignored");
+        }
+    }
+
+    /// Stops accepting, lets the connections in progress finish (briefly) and returns.
+    pub(crate) async fn stop(mut self) {
+        self.stop.cancel();
+        if let Some(check) = self.dlq_check.take() {
+            check.abort();
+        }
+        if let Err(err) = (&mut self.server).await
+            && err.is_panic()
+        {
+            tracing::warn!(error = %err, "telemetry listener: the server task panicked");
+        }
+    }
+}
+
+impl Drop for TelemetryServer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        if let Some(check) = self.dlq_check.take() {
+            check.abort();
+        }
+    }
+}
+
+/// The worker as the probes see it: its health and its assignment, both in memory.
+#[derive(Debug)]
+struct Running {
+    health: WorkerHealth,
+    source: KafkaSource,
+}
+
+impl WorkerState for Running {
+    fn liveness(&self, max_silence: Duration) -> Result<(), String> {
+        self.health.liveness(max_silence)
+    }
+
+    fn readiness(&self) -> Result<(), String> {
+        self.health.readiness()
+    }
+
+    fn assigned_partitions(&self) -> usize {
+        self.source.assignment().len()
+    }
+}
