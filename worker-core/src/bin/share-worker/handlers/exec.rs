@@ -390,6 +390,7 @@ mod tests {
             delivery_count: 1,
             lock_duration: Duration::from_secs(30),
             acquired_at: tokio::time::Instant::now(),
+            undecodable: None,
         };
         Job::new(delivery, cancel)
     }
