@@ -12,6 +12,12 @@
 //! | `share.dlq.failed.at` | when it was given up on, RFC 3339 UTC with milliseconds |
 //! | `share.dlq.worker` | the worker (client id) that wrote it |
 //! | `share.dlq.handler` | the handler (route) that failed on it |
+//! | `share.dlq.truncated` | `true`, only on a letter cut to fit the dead-letter topic |
+//! | `share.dlq.original.size` | the record's value size in bytes before the cut, decimal (only with `share.dlq.truncated`) |
+//!
+//! A truncated letter keeps a prefix of the value; when even an empty value does not fit, the
+//! record's own headers are dropped (never the provenance ones) and then the key is cut. Such a
+//! letter is not the record any more: replay refuses it.
 
 use super::DeadLetter;
 
@@ -37,6 +43,12 @@ pub const FAILED_AT: &str = "share.dlq.failed.at";
 pub const WORKER: &str = "share.dlq.worker";
 /// The handler that failed on it.
 pub const HANDLER: &str = "share.dlq.handler";
+
+/// Set to `true` on a letter whose value (and, when even that did not suffice, headers and key)
+/// was cut to fit the dead-letter topic.
+pub const TRUNCATED: &str = "share.dlq.truncated";
+/// The size in bytes of the record's value before it was cut (only with [`TRUNCATED`]).
+pub const ORIGINAL_SIZE: &str = "share.dlq.original.size";
 
 /// The most bytes of an error message kept in `share.dlq.error`.
 pub const MAX_ERROR_LEN: usize = 1024;
