@@ -8,6 +8,7 @@
 
 mod builder;
 mod classify;
+mod letter;
 mod missing;
 mod name;
 mod truncate;
@@ -18,16 +19,14 @@ use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{FutureProducer, Producer};
 
 use self::classify::{Class, TopicState, classify, classify_error, topic_state};
+use self::letter::Letter;
 use self::missing::{Missing, MissingTopics};
 use self::name::check_topic_name;
-use self::truncate::{Cut, Sizes, header_size, next_cut};
-use super::headers::{self, is_provenance};
+use self::truncate::{Cut, next_cut};
 use super::{DeadLetter, DlqError, DlqSink, DlqTopic};
-use crate::source;
 use crate::{Error, ErrorKind};
 
 pub use builder::KafkaDlqSinkBuilder;
@@ -38,7 +37,7 @@ pub use builder::KafkaDlqSinkBuilder;
 /// A letter larger than the producer's `message.max.bytes` or the topic's `max.message.bytes` is
 /// written truncated, never dropped: its value cut (then the record's own headers dropped, then its
 /// key cut, if even an empty value does not fit), marked with
-/// [`share.dlq.truncated`](headers::TRUNCATED) and [`share.dlq.original.size`](headers::ORIGINAL_SIZE),
+/// [`share.dlq.truncated`](crate::dlq::headers::TRUNCATED) and [`share.dlq.original.size`](crate::dlq::headers::ORIGINAL_SIZE),
 /// and logged at warn level. A write that is not allowed, to a topic name Kafka rejects, or to a
 /// topic missing for longer than [`missing_topic_grace`](KafkaDlqSinkBuilder::missing_topic_grace)
 /// fails as [`Permanent`](crate::dlq::DlqErrorKind::Permanent): the worker stops instead of
@@ -122,7 +121,13 @@ impl KafkaDlqSink {
     }
 
     /// The error for a write that failed for good (`class` is permanent).
-    fn refused(&self, class: Class, writing: String, error: KafkaError) -> DlqError {
+    fn refused(
+        &self,
+        producer: &FutureProducer,
+        class: Class,
+        writing: String,
+        error: KafkaError,
+    ) -> DlqError {
         let (kind, message) = match class {
             Class::Denied => (ErrorKind::Authorization, format!("not allowed: {writing}")),
             Class::InvalidTopic => (
@@ -130,8 +135,7 @@ impl KafkaDlqSink {
                 format!("the broker says the topic name is invalid: {writing}"),
             ),
             _ if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) => {
-                let why = self
-                    .producer
+                let why = producer
                     .client()
                     .fatal_error()
                     .map(|(code, text)| format!(" ({code}: {text})"))
@@ -192,7 +196,7 @@ impl KafkaDlqSink {
                 let class = classify(code);
                 let writing = format!("{writing} (the topic's metadata says {code})");
                 if class.is_permanent() {
-                    self.refused(class, writing, error)
+                    self.refused(&self.producer, class, writing, error)
                 } else {
                     DlqError::unavailable(Error::new(ErrorKind::Dlq, writing).with_source(error))
                 }
@@ -225,6 +229,65 @@ impl KafkaDlqSink {
             .ok_or_else(|| "the broker did not describe it".to_owned())?;
         Ok(topic_state(found.error().map(RDKafkaErrorCode::from)))
     }
+
+    /// The next cut of a letter refused as too large as `cut` (`None`: whole).
+    fn cut_further(
+        &self,
+        letter: &Letter<'_>,
+        cut: Option<Cut>,
+        what: String,
+        error: KafkaError,
+    ) -> Result<Cut, DlqError> {
+        let refused = cut.unwrap_or_else(|| Cut::whole(&letter.sizes));
+        next_cut(&letter.sizes, refused, self.max_message_bytes).ok_or_else(|| {
+            DlqError::permanent(
+                Error::new(
+                    ErrorKind::Dlq,
+                    format!(
+                        "the topic refuses even an emptied letter (value, key and the record's headers cut, the provenance headers left): {what}"
+                    ),
+                )
+                .with_source(error),
+            )
+        })
+    }
+
+    /// The error for a write that failed with anything but "too large".
+    async fn failed(
+        &self,
+        producer: &FutureProducer,
+        class: Class,
+        destination: &str,
+        what: String,
+        error: KafkaError,
+        began: Instant,
+    ) -> DlqError {
+        match class {
+            class if class.is_permanent() => self.refused(producer, class, what, error),
+            Class::MaybeMissing => {
+                self.missing_or_unavailable(destination, what, error, began)
+                    .await
+            }
+            _ => DlqError::unavailable(Error::new(ErrorKind::Dlq, what).with_source(error)),
+        }
+    }
+
+    /// A letter was written: its topic exists, and a cut one is logged.
+    fn written(&self, letter: &Letter<'_>, destination: &str, cut: Option<Cut>) {
+        self.missing.found(destination);
+        if let Some(cut) = cut {
+            tracing::warn!(
+                record = %letter.delivery.id,
+                dlq_topic = %destination,
+                original_value_size = letter.sizes.value,
+                written_value_size = cut.value,
+                original_key_size = letter.sizes.key,
+                written_key_size = cut.key,
+                own_headers_dropped = !cut.own_headers,
+                "the dead letter was too large for its topic: written truncated"
+            );
+        }
+    }
 }
 
 /// Why one write failed.
@@ -235,103 +298,6 @@ enum Failure {
     Delivery(KafkaError),
     /// The producer dropped it.
     Dropped,
-}
-
-/// A dead letter ready to be written, whole or cut.
-struct Letter<'a> {
-    delivery: &'a source::Delivery,
-    own_headers: Vec<&'a source::Header>,
-    provenance: [(&'static str, String); 10],
-    original_size: String,
-    sizes: Sizes,
-}
-
-impl<'a> Letter<'a> {
-    fn new(letter: &'a DeadLetter, group: &str, worker: &str) -> Self {
-        let delivery = &letter.delivery;
-        let own_headers: Vec<&source::Header> = delivery
-            .headers
-            .iter()
-            .filter(|h| !is_provenance(&h.key))
-            .collect();
-        let provenance = headers::provenance(letter, group, worker);
-        let value_len = delivery.value.as_ref().map_or(0, |v| v.len());
-        let original_size = value_len.to_string();
-        let sizes = Sizes {
-            key: delivery.key.as_ref().map_or(0, |k| k.len()),
-            value: value_len,
-            own_headers: own_headers
-                .iter()
-                .map(|h| header_size(h.key.len(), h.value.as_ref().map_or(0, |v| v.len())))
-                .sum(),
-            provenance: provenance
-                .iter()
-                .map(|(key, value)| header_size(key.len(), value.len()))
-                .sum::<usize>()
-                + header_size(headers::TRUNCATED.len(), "true".len())
-                + header_size(headers::ORIGINAL_SIZE.len(), original_size.len()),
-        };
-        Self {
-            delivery,
-            own_headers,
-            provenance,
-            original_size,
-            sizes,
-        }
-    }
-
-    /// The record for `destination`: the whole letter, or cut and marked as truncated.
-    fn record<'b>(
-        &'b self,
-        destination: &'b str,
-        cut: Option<Cut>,
-    ) -> FutureRecord<'b, [u8], [u8]> {
-        let mut record_headers = OwnedHeaders::new_with_capacity(self.own_headers.len() + 12);
-        if cut.is_none_or(|cut| cut.own_headers) {
-            for header in &self.own_headers {
-                record_headers = record_headers.insert(Header {
-                    key: &header.key,
-                    value: header.value.as_deref(),
-                });
-            }
-        }
-        for (key, value) in &self.provenance {
-            record_headers = record_headers.insert(Header {
-                key,
-                value: Some(value.as_bytes()),
-            });
-        }
-        if cut.is_some() {
-            record_headers = record_headers
-                .insert(Header {
-                    key: headers::TRUNCATED,
-                    value: Some("true".as_bytes()),
-                })
-                .insert(Header {
-                    key: headers::ORIGINAL_SIZE,
-                    value: Some(self.original_size.as_bytes()),
-                });
-        }
-        let mut record = FutureRecord::to(destination).headers(record_headers);
-        if let Some(key) = &self.delivery.key {
-            record = record.key(prefix(key, cut.map(|cut| cut.key)));
-        }
-        if let Some(value) = &self.delivery.value {
-            record = record.payload(prefix(value, cut.map(|cut| cut.value)));
-        }
-        if self.delivery.timestamp >= 0 {
-            record = record.timestamp(self.delivery.timestamp);
-        }
-        record
-    }
-}
-
-/// The first `len` bytes of `bytes` (all of them for `None`).
-fn prefix(bytes: &[u8], len: Option<usize>) -> &[u8] {
-    match len {
-        Some(len) => &bytes[..len.min(bytes.len())],
-        None => bytes,
-    }
 }
 
 #[async_trait::async_trait]
@@ -355,19 +321,7 @@ impl DlqSink for KafkaDlqSink {
             let producer = if alone { self.alone()? } else { &self.producer };
             let failure = match self.write(producer, &destination, &parts, cut).await {
                 Ok(()) => {
-                    self.missing.found(&destination);
-                    if let Some(cut) = cut {
-                        tracing::warn!(
-                            record = %id,
-                            dlq_topic = %destination,
-                            original_value_size = parts.sizes.value,
-                            written_value_size = cut.value,
-                            original_key_size = parts.sizes.key,
-                            written_key_size = cut.key,
-                            own_headers_dropped = !cut.own_headers,
-                            "the dead letter was too large for its topic: written truncated"
-                        );
-                    }
+                    self.written(&parts, &destination, cut);
                     return Ok(());
                 }
                 Err(failure) => failure,
@@ -390,36 +344,16 @@ impl DlqSink for KafkaDlqSink {
                 }
             };
             match classify_error(&error) {
-                Class::TooLarge if at_broker && !alone => {
-                    // It may have shared its batch with other letters: try it alone first.
-                    alone = true;
-                }
+                // It may have shared its batch with other letters: try it alone first.
+                Class::TooLarge if at_broker && !alone => alone = true,
                 Class::TooLarge => {
                     alone = true;
-                    let refused = cut.unwrap_or_else(|| Cut::whole(&parts.sizes));
-                    let Some(next) = next_cut(&parts.sizes, refused, self.max_message_bytes) else {
-                        return Err(DlqError::permanent(
-                            Error::new(
-                                ErrorKind::Dlq,
-                                format!(
-                                    "the topic refuses even an emptied letter (value, key and the record's headers cut, the provenance headers left): {what}"
-                                ),
-                            )
-                            .with_source(error),
-                        ));
-                    };
-                    cut = Some(next);
+                    cut = Some(self.cut_further(&parts, cut, what, error)?);
                 }
-                class if class.is_permanent() => return Err(self.refused(class, what, error)),
-                Class::MaybeMissing => {
+                class => {
                     return Err(self
-                        .missing_or_unavailable(&destination, what, error, began)
+                        .failed(producer, class, &destination, what, error, began)
                         .await);
-                }
-                _ => {
-                    return Err(DlqError::unavailable(
-                        Error::new(ErrorKind::Dlq, what).with_source(error),
-                    ));
                 }
             }
         }
