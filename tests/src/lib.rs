@@ -104,6 +104,38 @@ pub async fn create_topic(topic: &str, partitions: i32) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Creates `topic` with `partitions` partitions (replication factor 1) and the given topic configs
+/// (such as `max.message.bytes`), and waits until it exists.
+pub async fn create_topic_with_config(
+    topic: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = client_config()
+        .create()
+        .context("creating an rdkafka admin client")?;
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for (key, value) in configs {
+        new_topic = new_topic.set(key, value);
+    }
+    let results = admin
+        .create_topics(&[new_topic], &options)
+        .await
+        .with_context(|| {
+            format!(
+                "creating topic {topic}: is the broker at {} running?",
+                bootstrap()
+            )
+        })?;
+    for result in results {
+        if let Err((name, code)) = result {
+            bail!("creating topic {name} with {configs:?} failed: {code}");
+        }
+    }
+    Ok(())
+}
+
 /// An idempotent producer with `acks=all` and the given extra settings.
 pub fn producer(extra: &[(&str, &str)]) -> anyhow::Result<FutureProducer> {
     let mut config = client_config();

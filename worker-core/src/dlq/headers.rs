@@ -21,7 +21,9 @@
 //! | `share.dlq.original.size` | the size of the value before it was cut, in bytes, decimal |
 //! | `share.dlq.undecodable` | `record`: the value holds the raw encoded bytes of a record that did not decode; `batch`: nothing of the record could be recovered |
 //!
-//! Such letters cannot be replayed faithfully, so `share-worker dlq replay` refuses them.
+//! A truncated letter keeps a prefix of the value; when even an empty value does not fit, the
+//! record's own headers are dropped (never the provenance ones) and then the key is cut. Such
+//! letters cannot be replayed faithfully, so `share-worker dlq replay` refuses them.
 //!
 //! A dead-letter topic also holds **marker records**, which are not letters: no key, no value, and
 //! these headers. They are written to the partition of the letter they are about, after it (so a
@@ -34,6 +36,7 @@
 //! | `share.dlq.marker.offset` | the offset of the letter in the same partition, decimal |
 
 use super::DeadLetter;
+use crate::source::Recovered;
 
 /// Prefix shared by every provenance header; replay strips headers with it.
 pub const PREFIX: &str = "share.dlq.";
@@ -58,7 +61,8 @@ pub const WORKER: &str = "share.dlq.worker";
 /// The handler that failed on it.
 pub const HANDLER: &str = "share.dlq.handler";
 
-/// `true` when the letter's value was cut to fit the dead-letter topic.
+/// `true` when the letter's value (and, when even that did not suffice, headers and key) was cut
+/// to fit the dead-letter topic.
 pub const TRUNCATED: &str = "share.dlq.truncated";
 /// The value of [`TRUNCATED`] on a truncated letter.
 pub const TRUNCATED_TRUE: &str = "true";
@@ -120,14 +124,14 @@ pub fn is_provenance(key: &str) -> bool {
     key.starts_with(PREFIX)
 }
 
-/// The provenance headers of `letter`, in the order of the table above.
+/// The provenance headers of `letter`, in the order of the tables above.
 pub(crate) fn provenance(
     letter: &DeadLetter,
     group: &str,
     worker: &str,
-) -> [(&'static str, String); 10] {
+) -> Vec<(&'static str, String)> {
     let id = &letter.delivery.id;
-    [
+    let mut all = vec![
         (TOPIC, id.topic.to_string()),
         (PARTITION, id.partition.to_string()),
         (OFFSET, id.offset.to_string()),
@@ -141,7 +145,15 @@ pub(crate) fn provenance(
         ),
         (WORKER, worker.to_owned()),
         (HANDLER, letter.handler.to_string()),
-    ]
+    ];
+    if let Some(undecodable) = &letter.delivery.undecodable {
+        let what = match undecodable.recovered {
+            Recovered::RawRecord => UNDECODABLE_RECORD,
+            _ => UNDECODABLE_BATCH,
+        };
+        all.push((UNDECODABLE, what.to_owned()));
+    }
+    all
 }
 
 /// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.

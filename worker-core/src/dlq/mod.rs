@@ -5,6 +5,14 @@
 //! after that. [`KafkaDlqSink`] writes to a Kafka topic (by default `{topic}.dlq`) with an idempotent,
 //! `acks=all` producer, keeping the original key, value, timestamp and headers and adding the
 //! provenance headers listed in [`headers`].
+//!
+//! A letter too large for its topic is written truncated, never dropped: its value cut to fit and
+//! marked with [`headers::TRUNCATED`] and [`headers::ORIGINAL_SIZE`]. A failed write is
+//! [`Unavailable`](DlqErrorKind::Unavailable) when it may pass by itself (a broker down or slow, a
+//! topic not created yet) and [`Permanent`](DlqErrorKind::Permanent) when it cannot (not
+//! authorized, an invalid topic name, a topic missing for longer than
+//! [`missing_topic_grace`](KafkaDlqSinkBuilder::missing_topic_grace)): the worker then stops
+//! instead of pausing forever.
 
 mod error;
 pub mod headers;
@@ -26,7 +34,8 @@ pub use topic::DlqTopic;
 /// A record on its way to the dead-letter topic, with the reason it got there.
 #[derive(Clone, Debug)]
 pub struct DeadLetter {
-    /// The record as it was delivered (its payload is written unchanged).
+    /// The record as it was delivered (its payload is written unchanged, unless it is too large
+    /// for the dead-letter topic: see [`headers::TRUNCATED`]).
     pub delivery: Delivery,
     /// Why it is dead-lettered.
     pub reason: DlqReason,
