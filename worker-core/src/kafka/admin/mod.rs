@@ -221,3 +221,86 @@ impl Admin {
         Connection::connect(&c.addr, &self.cluster.options).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::BufMut;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::kafka::wire::{put_compact_len, put_empty_tags, put_uvarint};
+
+    type BrokerError = Box<dyn std::error::Error + Send + Sync>;
+
+    /// A one-connection fake broker that offers DescribeConfigs v4, then answers the next request
+    /// with `body` (after a flexible response header).
+    async fn lying_broker(body: Vec<u8>) -> std::io::Result<String> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?.to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await?;
+            async fn correlation(s: &mut tokio::net::TcpStream) -> Result<i32, BrokerError> {
+                let size = usize::try_from(s.read_i32().await?)?;
+                let mut buf = vec![0u8; size];
+                s.read_exact(&mut buf).await?;
+                let id: [u8; 4] = buf.get(4..8).ok_or("short request")?.try_into()?;
+                Ok(i32::from_be_bytes(id))
+            }
+            let id = correlation(&mut s).await?;
+            let mut versions = BytesMut::new();
+            versions.put_i32(id);
+            versions.put_i16(0);
+            put_compact_len(&mut versions, 1);
+            versions.put_i16(DESCRIBE_CONFIGS.key);
+            versions.put_i16(1);
+            versions.put_i16(4);
+            put_empty_tags(&mut versions);
+            versions.put_i32(0);
+            put_empty_tags(&mut versions);
+            s.write_i32(i32::try_from(versions.len())?).await?;
+            s.write_all(&versions).await?;
+            let id = correlation(&mut s).await?;
+            let mut frame = BytesMut::new();
+            frame.put_i32(id);
+            put_empty_tags(&mut frame);
+            frame.put_slice(&body);
+            s.write_i32(i32::try_from(frame.len())?).await?;
+            s.write_all(&frame).await?;
+            let _ = s.read_u8().await;
+            Ok::<(), BrokerError>(())
+        });
+        Ok(addr)
+    }
+
+    /// A response claiming 2^32 - 2 results in a few bytes is a Protocol error naming the API and
+    /// the broker, not an allocation.
+    #[tokio::test]
+    async fn a_lying_response_is_a_protocol_error_naming_api_and_broker()
+    -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let mut body = BytesMut::new();
+        body.put_i32(0);
+        put_uvarint(&mut body, u32::MAX);
+        body.put_slice(&[0; 8]);
+        let addr = lying_broker(body.to_vec()).await?;
+        let options = ConnectOptions {
+            client_id: "test".into(),
+            max_frame: 1024,
+            request_timeout: Duration::from_secs(5),
+        };
+        let mut conn = Connection::connect(&addr, &options).await?;
+        let err = call(
+            &mut conn,
+            DESCRIBE_CONFIGS,
+            |_| Ok(BytesMut::new()),
+            |body, _| configs::decode_describe_configs(body),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Protocol);
+        let expected = format!("DescribeConfigs response from broker {addr}");
+        assert!(err.message().contains(&expected), "{err}");
+        assert!(err.message().contains("array of"), "{err}");
+        Ok(())
+    }
+}
