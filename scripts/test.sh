@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The one test command: start a local Kafka broker, then format check, clippy and every test.
+# The one test command: start a local Kafka broker, then format check, supply-chain checks
+# (cargo deny), clippy and every test.
 # The broker is stopped again on any exit unless it was already running before.
 set -euo pipefail
 
@@ -15,6 +16,13 @@ for component in rustfmt clippy; do
   fi
 done
 
+# cargo-deny checks licenses, bans, sources and advisories (deny.toml); pinned, built from crates.io.
+deny_version=0.20.2
+if [[ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $deny_version" ]]; then
+  step "installing cargo-deny $deny_version"
+  cargo install --locked --quiet cargo-deny --version "$deny_version"
+fi
+
 if bash scripts/kafka.sh status >/dev/null 2>&1; then
   step "using the Kafka broker that is already running"
 else
@@ -26,6 +34,19 @@ export KAFKA_BOOTSTRAP=${KAFKA_BOOTSTRAP:-127.0.0.1:${KAFKA_PORT:-9092}}
 
 step "cargo fmt --check"
 cargo fmt --all --check
+
+# The RustSec advisory database is the snapshot committed next to this script, never fetched:
+# cloned afresh each run into the directory cargo-deny derives from `db-urls` in deny.toml, then
+# checked with --offline (no crate, index or database fetch; `cargo fetch` brings the crates first).
+advisory_bundle=scripts/supply-chain/advisory-db.bundle
+advisory_db=.cache/advisory-dbs/advisory-db-3157b0e258782691
+rm -rf "$advisory_db"
+mkdir -p "$(dirname "$advisory_db")"
+git clone --quiet "$advisory_bundle" "$advisory_db"
+snapshot=$(git -C "$advisory_db" log -1 --format=%cs)
+step "cargo deny check (advisories: RustSec snapshot of $snapshot)"
+cargo fetch --locked --quiet
+cargo deny --offline check
 
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --all-features -- -D warnings

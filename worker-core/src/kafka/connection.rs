@@ -65,6 +65,11 @@ impl Connection {
         Ok(conn)
     }
 
+    /// The broker's address (`host:port`), for error messages.
+    pub(crate) fn addr(&self) -> &str {
+        &self.addr
+    }
+
     /// Whether a cancelled or failed call left the connection unusable.
     pub(crate) fn is_broken(&self) -> bool {
         self.broken

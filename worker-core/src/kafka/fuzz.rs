@@ -8,7 +8,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::codec::{self, AcquiredRange};
-use super::{connection, messages, records};
+use super::{admin, connection, messages, records};
 
 /// Every decoder of network data, on one input.
 fn decode_everything(data: &[u8]) {
@@ -19,7 +19,15 @@ fn decode_everything(data: &[u8]) {
     let _ = messages::decode_find_coordinator(b.clone());
     let _ = messages::decode_heartbeat(b.clone());
     let _ = connection::decode_api_versions(b.clone());
-    let _ = super::admin::decode_share_group_offsets(b.clone(), 1);
+    let _ = admin::decode_share_group_offsets(b.clone(), 0);
+    let _ = admin::decode_share_group_offsets(b.clone(), 1);
+    let _ = admin::decode_share_group_describe(b.clone());
+    let _ = admin::decode_describe_configs(b.clone());
+    let _ = admin::decode_incremental_alter_configs(b.clone());
+    let _ = admin::decode_list_offsets(b.clone());
+    for version in 5..=7 {
+        let _ = admin::decode_create_topics(b.clone(), version);
+    }
     let acquired = [AcquiredRange {
         first: 0,
         last: 50,
@@ -44,6 +52,7 @@ fn valid_samples() -> Result<Vec<Vec<u8>>, Box<dyn std::error::Error>> {
     let mut buf = BytesMut::new();
     codec::tests::crate_fetch_response().encode(&mut buf, 1)?;
     out.push(buf.to_vec());
+    out.extend(admin::sample_responses()?);
     for compression in [
         Compression::None,
         Compression::Gzip,

@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use super::cluster::Cluster;
 use super::connection::Connection;
+use super::error_codes as codes;
 use super::messages::{self, Heartbeat};
 use crate::{Error, ErrorKind, Result};
 
@@ -49,24 +50,24 @@ pub(crate) fn fatal_error(
 ) -> Option<(ErrorKind, String)> {
     let detail = message.map(|m| format!(" ({m})")).unwrap_or_default();
     let (kind, text) = match code {
-        69 | 23 => (
+        codes::GROUP_ID_NOT_FOUND | codes::INCONSISTENT_GROUP_PROTOCOL => (
             ErrorKind::Group,
             format!("group {group} is a consumer or classic group, not a share group"),
         ),
-        35 => (
+        codes::UNSUPPORTED_VERSION => (
             ErrorKind::Unsupported,
             "the broker does not support share groups (share groups off, or Kafka older than 4.2)"
                 .to_string(),
         ),
-        81 => (
+        codes::GROUP_MAX_SIZE_REACHED => (
             ErrorKind::Group,
             format!("share group {group} is full (group.share.max.size)"),
         ),
-        30 => (
+        codes::GROUP_AUTHORIZATION_FAILED => (
             ErrorKind::Authorization,
             format!("not authorized to join group {group}"),
         ),
-        42 => (
+        codes::INVALID_REQUEST => (
             ErrorKind::Group,
             format!("the coordinator rejected the heartbeat of group {group}"),
         ),
@@ -114,7 +115,7 @@ async fn heartbeat(
 
 async fn coordinator(cluster: &Cluster, group: &str) -> Result<Connection> {
     let c = cluster.find_coordinator(group).await?;
-    if c.error_code != 0 {
+    if c.error_code != codes::NONE {
         return Err(Error::new(
             ErrorKind::Broker,
             format!(
@@ -150,7 +151,7 @@ async fn run(
         };
         match result {
             Ok(hb) => match hb.error_code {
-                0 => {
+                codes::NONE => {
                     backoff = Duration::from_millis(100);
                     epoch = hb.member_epoch;
                     send_topics = false;
@@ -165,12 +166,12 @@ async fn run(
                         }
                     });
                 }
-                15 | 16 => {
+                codes::COORDINATOR_NOT_AVAILABLE | codes::NOT_COORDINATOR => {
                     conn = None;
                     wait = backoff;
                 }
-                14 => wait = backoff,
-                25 | 110 => {
+                codes::COORDINATOR_LOAD_IN_PROGRESS => wait = backoff,
+                codes::UNKNOWN_MEMBER_ID | codes::FENCED_MEMBER_EPOCH => {
                     tracing::info!(group = %spec.group, code = hb.error_code, "fenced: rejoining with the same member id");
                     epoch = 0;
                     send_topics = true;
@@ -225,7 +226,7 @@ async fn run(
         }
         if let Some(c) = conn.as_mut() {
             match heartbeat(c, &spec, -1, false).await {
-                Ok(hb) if hb.error_code == 0 => {}
+                Ok(hb) if hb.error_code == codes::NONE => {}
                 Ok(hb) => {
                     tracing::warn!(group = %spec.group, code = hb.error_code, "leaving the group failed")
                 }

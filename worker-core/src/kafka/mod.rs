@@ -42,6 +42,7 @@ mod cluster;
 mod codec;
 mod config;
 mod connection;
+mod error_codes;
 mod membership;
 mod messages;
 mod records;
@@ -54,6 +55,9 @@ mod wire;
 #[cfg(test)]
 mod fuzz;
 
-pub use admin::{Admin, PartitionOffsets, ShareGroupDescription, ShareGroupMember};
+pub use admin::{
+    Admin, DeliveryLimit, DeliveryLimitSource, PartitionOffsets, ShareGroupDescription,
+    ShareGroupMember,
+};
 pub use config::{KafkaConfig, KafkaSourceBuilder};
 pub use source::KafkaSource;

@@ -425,7 +425,11 @@ impl ShareSource for KafkaSource {
     async fn delivery_limit(&self) -> Result<Option<u16>> {
         let config = &self.inner.config;
         let admin = super::Admin::connect(config.bootstrap.join(",")).await?;
-        let limit = admin.delivery_count_limit(&config.group).await?;
+        let super::DeliveryLimit {
+            value: limit,
+            source,
+        } = admin.delivery_limit(&config.group).await?;
+        tracing::info!(group = %config.group, limit, %source, "delivery count limit");
         u16::try_from(limit).map(Some).map_err(|_| {
             Error::new(
                 ErrorKind::Protocol,

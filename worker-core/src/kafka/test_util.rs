@@ -157,5 +157,21 @@ pub fn response_decoders() -> Vec<(&'static str, Decoder)> {
         ("DescribeShareGroupOffsets v1", |b| {
             admin::decode_share_group_offsets(b, 1).is_ok()
         }),
+        ("ShareGroupDescribe", |b| {
+            admin::decode_share_group_describe(b).is_ok()
+        }),
+        ("DescribeConfigs", |b| {
+            admin::decode_describe_configs(b).is_ok()
+        }),
+        ("IncrementalAlterConfigs", |b| {
+            admin::decode_incremental_alter_configs(b).is_ok()
+        }),
+        ("ListOffsets", |b| admin::decode_list_offsets(b).is_ok()),
+        ("CreateTopics v5", |b| {
+            admin::decode_create_topics(b, 5).is_ok()
+        }),
+        ("CreateTopics v7", |b| {
+            admin::decode_create_topics(b, 7).is_ok()
+        }),
     ]
 }

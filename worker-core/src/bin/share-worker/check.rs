@@ -4,7 +4,7 @@
 use anyhow::Context;
 use worker_core::ErrorKind;
 use worker_core::config::Config;
-use worker_core::kafka::Admin;
+use worker_core::kafka::{Admin, DeliveryLimit};
 
 use crate::topics;
 
@@ -39,9 +39,12 @@ pub(crate) async fn check(config: &Config) -> anyhow::Result<()> {
             );
         }
     }
-    match admin.delivery_count_limit(&config.worker.group).await {
-        Ok(limit) => println!(
-            "# delivery-count limit of group {}: {limit} (handlers get at most {} attempts)",
+    match admin.delivery_limit(&config.worker.group).await {
+        Ok(DeliveryLimit {
+            value: limit,
+            source,
+        }) => println!(
+            "# delivery-count limit of group {}: {limit}, from {source} (handlers get at most {} attempts)",
             config.worker.group,
             config
                 .retry
