@@ -149,6 +149,23 @@ impl KafkaSourceBuilder {
         self
     }
 
+    /// Sets the most one record batch may decompress to (default 64 MiB). A batch that inflates
+    /// past it is undecodable: each of its acquired offsets is dead-lettered (reason `decode`)
+    /// without a handler call, and its neighbours are delivered as usual.
+    pub fn max_batch_bytes(mut self, bytes: usize) -> Self {
+        self.config.max_batch_bytes = bytes;
+        self
+    }
+
+    /// Sets how much one fetch response may decompress in all (default 128 MiB; at least
+    /// [`max_batch_bytes`](Self::max_batch_bytes)). A compressed batch beyond it is released and
+    /// comes again in a later fetch; the first batch of each partition may always inflate to the
+    /// batch cap, so every partition makes progress.
+    pub fn max_fetch_inflate_bytes(mut self, bytes: usize) -> Self {
+        self.config.max_fetch_inflate_bytes = bytes;
+        self
+    }
+
     /// Sets how long a broker may take to answer.
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.config.request_timeout = timeout;
