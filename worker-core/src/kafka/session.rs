@@ -23,6 +23,7 @@ use super::acks::{GAP, wire_type};
 use super::cluster::Cluster;
 use super::codec::{self, FetchParams, SessionKey, ShareResponse};
 use super::connection::Connection;
+use super::error_codes as codes;
 use super::records::{self, AcquiredRecord, InflateBudget, InflateLimits};
 use crate::source::AckError;
 use crate::source::AckKind;
@@ -349,15 +350,7 @@ impl Driver {
                 return Ok(FetchOutcome::default());
             }
             fail_all(taken, &ack_error(resp.error_code, msg.as_deref()));
-            return Err(Error::new(
-                ErrorKind::Broker,
-                format!(
-                    "ShareFetch to broker {} failed with error {}{}",
-                    self.shared.node,
-                    resp.error_code,
-                    msg.map(|m| format!(": {m}")).unwrap_or_default()
-                ),
-            ));
+            return Err(self.fetch_error(resp.error_code, None, msg.as_deref()));
         }
         self.epoch = next_epoch(self.epoch);
         // Keep the last lock duration the broker named; a response without one must not make
@@ -382,6 +375,7 @@ impl Driver {
         };
         let mut results = HashMap::new();
         let mut settle = Vec::new();
+        let mut fatal = None;
         // The broker may not hand out more than was asked: offsets beyond it are released at once.
         let mut allowance = u64::try_from(max_records).unwrap_or(0);
         let mut budget = InflateBudget::new(self.config.inflate_budget);
@@ -391,9 +385,21 @@ impl Driver {
                 if listed_keys.contains(&tp) {
                     results.insert(tp, (part.ack_error_code, part.ack_error_message.clone()));
                 }
-                if part.error_code != 0 {
-                    if matches!(part.error_code, 6 | 74) {
+                if part.error_code != codes::NONE {
+                    if matches!(
+                        part.error_code,
+                        codes::NOT_LEADER_OR_FOLLOWER | codes::FENCED_LEADER_EPOCH
+                    ) {
                         outcome.leader_moved = true;
+                    }
+                    if codes::fatal_kind(part.error_code).is_some() {
+                        fatal.get_or_insert_with(|| {
+                            self.fetch_error(
+                                part.error_code,
+                                Some((topic_id, part.partition)),
+                                part.error_message.as_deref(),
+                            )
+                        });
                     }
                     tracing::warn!(node = self.shared.node, %topic_id, partition = part.partition, code = part.error_code, leader = part.leader_id, message = ?part.error_message, "share fetch partition error");
                 }
@@ -455,6 +461,37 @@ impl Driver {
             );
         }
         Ok(outcome)
+    }
+
+    /// The error for a ShareFetch answered with `code` (for `partition`, when it is about one):
+    /// fatal kinds for answers no retry can change, naming the group, the broker and its words.
+    fn fetch_error(
+        &self,
+        code: i16,
+        partition: Option<(Uuid, i32)>,
+        message: Option<&str>,
+    ) -> Error {
+        let kind = codes::fatal_kind(code).unwrap_or(ErrorKind::Broker);
+        let broker = self
+            .cluster
+            .broker_addr(self.shared.node)
+            .unwrap_or_else(|| "?".to_owned());
+        let about = partition
+            .map(|(topic, p)| format!(" for partition {p} of topic {topic}"))
+            .unwrap_or_default();
+        Error::new(
+            kind,
+            format!(
+                "ShareFetch of share group {} to broker {} ({broker}){about} failed with error {}{}",
+                self.config.group,
+                self.shared.node,
+                codes::describe(code),
+                message
+                    .filter(|m| !m.is_empty())
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            ),
+        )
     }
 
     /// Sends the queued acknowledgements (or renewals) with ShareAcknowledge v2.
