@@ -5,7 +5,7 @@
 //! is waiting to carry them. Every queued acknowledgement is answered: ok, the broker's error, or
 //! [`AckError::SessionLost`] when the session it belonged to is gone.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,14 +19,13 @@ use super::ack_queue::{
     AckQueue, Listed, PendingAck, SESSION_ERRORS, SessionShared, ack_error, ack_topics, answer_all,
     drop_duplicates, fail_all, to_topics,
 };
-use super::acks::{GAP, wire_type};
 use super::cluster::Cluster;
 use super::codec::{self, FetchParams, SessionKey, ShareResponse};
 use super::connection::Connection;
 use super::error_codes as codes;
-use super::records::{self, AcquiredRecord, InflateBudget, InflateLimits};
+use super::fetch_response;
+use super::records::{AcquiredRecord, InflateLimits};
 use crate::source::AckError;
-use crate::source::AckKind;
 use crate::{Error, ErrorKind, Result};
 
 /// A fetch for the driver to run.
@@ -373,69 +372,21 @@ impl Driver {
             lock_timeout: self.lock_timeout,
             ..FetchOutcome::default()
         };
-        let mut results = HashMap::new();
-        let mut settle = Vec::new();
-        let mut fatal = None;
-        // The broker may not hand out more than was asked: offsets beyond it are released at once.
-        let mut allowance = u64::try_from(max_records).unwrap_or(0);
-        let mut budget = InflateBudget::new(self.config.inflate_budget);
-        for (topic_id, parts) in resp.topics {
-            for part in parts {
-                let tp = (topic_id, part.partition);
-                if listed_keys.contains(&tp) {
-                    results.insert(tp, (part.ack_error_code, part.ack_error_message.clone()));
-                }
-                if part.error_code != codes::NONE {
-                    if matches!(
-                        part.error_code,
-                        codes::NOT_LEADER_OR_FOLLOWER | codes::FENCED_LEADER_EPOCH
-                    ) {
-                        outcome.leader_moved = true;
-                    }
-                    if codes::fatal_kind(part.error_code).is_some() {
-                        fatal.get_or_insert_with(|| {
-                            self.fetch_error(
-                                part.error_code,
-                                Some((topic_id, part.partition)),
-                                part.error_message.as_deref(),
-                            )
-                        });
-                    }
-                    tracing::warn!(node = self.shared.node, %topic_id, partition = part.partition, code = part.error_code, leader = part.leader_id, message = ?part.error_message, "share fetch partition error");
-                }
-                if !wanted.contains(&tp) {
-                    if !part.acquired.is_empty() || part.records.is_some() {
-                        tracing::warn!(node = self.shared.node, %topic_id, partition = part.partition, "the broker answered for a partition this fetch did not ask for: ignoring its records");
-                    }
-                    continue;
-                }
-                let (mut ranges, dropped) = records::acquired::normalise(&part.acquired);
-                if dropped > 0 {
-                    tracing::warn!(node = self.shared.node, %topic_id, partition = part.partition, offsets = dropped, "the broker named impossible or overlapping acquired ranges: ignoring those offsets");
-                }
-                for (first, last) in records::acquired::trim(&mut ranges, &mut allowance) {
-                    settle.push((tp, first, last, wire_type(AckKind::Release)));
-                }
-                let decoded = records::decode_partition(
-                    part.records,
-                    &ranges,
-                    self.config.inflate,
-                    &mut budget,
-                );
-                for (first, last) in decoded.gaps {
-                    settle.push((tp, first, last, GAP));
-                }
-                for (first, last) in decoded.releases {
-                    settle.push((tp, first, last, wire_type(AckKind::Release)));
-                }
-                outcome.records.extend(
-                    decoded
-                        .records
-                        .into_iter()
-                        .map(|r| (topic_id, part.partition, r)),
-                );
-            }
-        }
+        let handled = fetch_response::handle(
+            resp.topics,
+            fetch_response::Asked {
+                wanted: &wanted,
+                listed: &listed_keys,
+                max_records: u32::try_from(max_records).unwrap_or(0),
+            },
+            self.config.inflate,
+            self.config.inflate_budget,
+            self.shared.node,
+        );
+        outcome.leader_moved = handled.leader_moved;
+        outcome.records = handled.records;
+        let results = handled.ack_results;
+        let settle = handled.settle;
         answer_all(taken, &results);
         let mut dropped = 0usize;
         for ((topic_id, partition), first, last, kind) in settle {
@@ -459,6 +410,15 @@ impl Driver {
                 ranges = dropped,
                 "too many gaps and releases queued: leaving these to the broker's lock timeout"
             );
+        }
+        if let Some(fatal) = handled.fatal {
+            // What this response acquired stays locked until the session closes, which
+            // releases it.
+            return Err(self.fetch_error(
+                fatal.code,
+                Some(fatal.partition),
+                fatal.message.as_deref(),
+            ));
         }
         Ok(outcome)
     }

@@ -152,12 +152,12 @@ async fn a_group_id_of_a_classic_group_stops_run_with_a_clear_error() {
     let scratch = Scratch::new();
     let topic = unique("cli-classic");
     let group = unique("cli-classic-group");
-    let cfg = scratch.write(
-        "worker.toml",
-        &config(&group, &topic, "handler = \"noop\""),
-    );
+    let cfg = scratch.write("worker.toml", &config(&group, &topic, "handler = \"noop\""));
     let cfg = cfg.to_str().expect("utf-8 path");
-    assert_ok(&share_worker(&["setup", "--config", cfg], &[]).await, "setup");
+    assert_ok(
+        &share_worker(&["setup", "--config", cfg], &[]).await,
+        "setup",
+    );
     // A classic consumer group with that id: commit an offset in its name.
     let (topic_c, group_c) = (topic.clone(), group.clone());
     tokio::task::spawn_blocking(move || {
@@ -181,7 +181,11 @@ async fn a_group_id_of_a_classic_group_stops_run_with_a_clear_error() {
     let started = std::time::Instant::now();
     let out = share_worker(&["run", "--config", cfg], &[]).await;
     let took = started.elapsed();
-    assert!(!out.status.success(), "run must fail: {}", text(&out.stderr));
+    assert!(
+        !out.status.success(),
+        "run must fail: {}",
+        text(&out.stderr)
+    );
     assert!(took < Duration::from_secs(15), "took {took:?}");
     let stderr = text(&out.stderr);
     let last = stderr
