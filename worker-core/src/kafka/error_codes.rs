@@ -84,6 +84,19 @@ pub(crate) fn is_authorization(code: i16) -> bool {
     )
 }
 
+/// The error kind a broker's `code` means to the caller when it cannot be retried: access
+/// refused ([`Authorization`](crate::ErrorKind::Authorization)) or share groups unavailable
+/// ([`Unsupported`](crate::ErrorKind::Unsupported)). `None` for codes worth retrying.
+pub(crate) fn fatal_kind(code: i16) -> Option<crate::ErrorKind> {
+    if is_authorization(code) {
+        Some(crate::ErrorKind::Authorization)
+    } else if code == UNSUPPORTED_VERSION {
+        Some(crate::ErrorKind::Unsupported)
+    } else {
+        None
+    }
+}
+
 /// `code` for a message: `69 (GROUP_ID_NOT_FOUND)`, or the bare number for codes not listed.
 pub(crate) fn describe(code: i16) -> String {
     match name(code) {

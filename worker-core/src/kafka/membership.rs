@@ -42,22 +42,26 @@ pub(crate) struct MemberSpec {
     pub(crate) topics: Vec<String>,
 }
 
-/// The message for a heartbeat error that ends the membership, or `None` if it can be retried.
+/// The error for a heartbeat answer that ends the membership, or `None` if it can be retried.
+/// The message names the group, the coordinator and the broker's own words.
 pub(crate) fn fatal_error(
     group: &str,
+    coordinator: &str,
     code: i16,
     message: Option<&str>,
 ) -> Option<(ErrorKind, String)> {
-    let detail = message.map(|m| format!(" ({m})")).unwrap_or_default();
     let (kind, text) = match code {
         codes::GROUP_ID_NOT_FOUND | codes::INCONSISTENT_GROUP_PROTOCOL => (
             ErrorKind::Group,
-            format!("group {group} is a consumer or classic group, not a share group"),
+            format!(
+                "group {group} is a consumer or classic group, not a share group: use another group id"
+            ),
         ),
         codes::UNSUPPORTED_VERSION => (
             ErrorKind::Unsupported,
-            "the broker does not support share groups (share groups off, or Kafka older than 4.2)"
-                .to_string(),
+            format!(
+                "the brokers do not support share groups (share groups off, or Kafka older than 4.2), so group {group} cannot be joined"
+            ),
         ),
         codes::GROUP_MAX_SIZE_REACHED => (
             ErrorKind::Group,
@@ -65,15 +69,33 @@ pub(crate) fn fatal_error(
         ),
         codes::GROUP_AUTHORIZATION_FAILED => (
             ErrorKind::Authorization,
-            format!("not authorized to join group {group}"),
+            format!("not authorized to join share group {group}"),
+        ),
+        codes::TOPIC_AUTHORIZATION_FAILED => (
+            ErrorKind::Authorization,
+            format!("share group {group}: not authorized to read (describe) its subscribed topics"),
+        ),
+        codes::CLUSTER_AUTHORIZATION_FAILED => (
+            ErrorKind::Authorization,
+            format!("share group {group}: not authorized on the cluster"),
         ),
         codes::INVALID_REQUEST => (
             ErrorKind::Group,
-            format!("the coordinator rejected the heartbeat of group {group}"),
+            format!("the coordinator rejected the heartbeat of share group {group}"),
         ),
         _ => return None,
     };
-    Some((kind, format!("{text}{detail}")))
+    let said = message
+        .filter(|m| !m.is_empty())
+        .map(|m| format!(": {m}"))
+        .unwrap_or_default();
+    Some((
+        kind,
+        format!(
+            "{text} (coordinator {coordinator} answered error {}{said})",
+            codes::describe(code)
+        ),
+    ))
 }
 
 /// Starts the heartbeat task. Cancelling `cancel` makes it leave the group (epoch -1) and end.
@@ -116,11 +138,15 @@ async fn heartbeat(
 async fn coordinator(cluster: &Cluster, group: &str) -> Result<Connection> {
     let c = cluster.find_coordinator(group).await?;
     if c.error_code != codes::NONE {
+        let kind = codes::fatal_kind(c.error_code).unwrap_or(ErrorKind::Broker);
         return Err(Error::new(
-            ErrorKind::Broker,
+            kind,
             format!(
-                "FindCoordinator for {group} failed with error {}",
-                c.error_code
+                "finding the coordinator of share group {group} failed with error {}{}",
+                codes::describe(c.error_code),
+                c.error_message
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
             ),
         ));
     }
@@ -182,7 +208,9 @@ async fn run(
                     wait = Duration::ZERO;
                 }
                 code => {
-                    if let Some(fatal) = fatal_error(&spec.group, code, hb.error_message.as_deref())
+                    let coordinator = conn.as_ref().map_or("?", |c| c.addr()).to_owned();
+                    if let Some(fatal) =
+                        fatal_error(&spec.group, &coordinator, code, hb.error_message.as_deref())
                     {
                         tracing::error!(group = %spec.group, "{}", fatal.1);
                         tx.send_modify(|s| {
@@ -204,8 +232,9 @@ async fn run(
                 }
             },
             Err(e) => {
-                if e.kind() == ErrorKind::Unsupported {
-                    tx.send_modify(|s| s.fatal = Some((e.kind(), e.message().to_string())));
+                if matches!(e.kind(), ErrorKind::Unsupported | ErrorKind::Authorization) {
+                    tracing::error!(group = %spec.group, "{e}");
+                    tx.send_modify(|s| s.fatal = Some((e.kind(), e.to_string())));
                     return;
                 }
                 tracing::warn!(group = %spec.group, error = %e, "heartbeat failed; retrying");
@@ -240,4 +269,44 @@ async fn run(
         s.epoch = -1;
         s.assignment = Arc::new(Vec::new());
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_that_end_the_membership_name_the_group_the_coordinator_and_the_error() {
+        let (kind, text) = fatal_error(
+            "sms",
+            "10.0.0.1:9092",
+            codes::GROUP_ID_NOT_FOUND,
+            Some("Group sms is not a share group."),
+        )
+        .expect("fatal");
+        assert_eq!(kind, ErrorKind::Group);
+        for part in [
+            "group sms is a consumer or classic group",
+            "10.0.0.1:9092",
+            "69 (GROUP_ID_NOT_FOUND)",
+            "Group sms is not a share group.",
+        ] {
+            assert!(text.contains(part), "{part:?} in {text}");
+        }
+        for (code, kind) in [
+            (codes::GROUP_AUTHORIZATION_FAILED, ErrorKind::Authorization),
+            (codes::TOPIC_AUTHORIZATION_FAILED, ErrorKind::Authorization),
+            (codes::UNSUPPORTED_VERSION, ErrorKind::Unsupported),
+            (codes::GROUP_MAX_SIZE_REACHED, ErrorKind::Group),
+        ] {
+            assert_eq!(fatal_error("g", "b", code, None).map(|f| f.0), Some(kind));
+        }
+        for retried in [
+            codes::NOT_COORDINATOR,
+            codes::COORDINATOR_LOAD_IN_PROGRESS,
+            codes::FENCED_MEMBER_EPOCH,
+        ] {
+            assert!(fatal_error("g", "b", retried, None).is_none());
+        }
+    }
 }

@@ -43,6 +43,7 @@ mod codec;
 mod config;
 mod connection;
 mod error_codes;
+mod fetch_response;
 mod membership;
 mod messages;
 mod records;

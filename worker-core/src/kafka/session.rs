@@ -5,7 +5,7 @@
 //! is waiting to carry them. Every queued acknowledgement is answered: ok, the broker's error, or
 //! [`AckError::SessionLost`] when the session it belonged to is gone.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,13 +19,13 @@ use super::ack_queue::{
     AckQueue, Listed, PendingAck, SESSION_ERRORS, SessionShared, ack_error, ack_topics, answer_all,
     drop_duplicates, fail_all, to_topics,
 };
-use super::acks::{GAP, wire_type};
 use super::cluster::Cluster;
 use super::codec::{self, FetchParams, SessionKey, ShareResponse};
 use super::connection::Connection;
-use super::records::{self, AcquiredRecord, InflateBudget, InflateLimits};
+use super::error_codes as codes;
+use super::fetch_response;
+use super::records::{AcquiredRecord, InflateLimits};
 use crate::source::AckError;
-use crate::source::AckKind;
 use crate::{Error, ErrorKind, Result};
 
 /// A fetch for the driver to run.
@@ -349,15 +349,7 @@ impl Driver {
                 return Ok(FetchOutcome::default());
             }
             fail_all(taken, &ack_error(resp.error_code, msg.as_deref()));
-            return Err(Error::new(
-                ErrorKind::Broker,
-                format!(
-                    "ShareFetch to broker {} failed with error {}{}",
-                    self.shared.node,
-                    resp.error_code,
-                    msg.map(|m| format!(": {m}")).unwrap_or_default()
-                ),
-            ));
+            return Err(self.fetch_error(resp.error_code, None, msg.as_deref()));
         }
         self.epoch = next_epoch(self.epoch);
         // Keep the last lock duration the broker named; a response without one must not make
@@ -380,56 +372,21 @@ impl Driver {
             lock_timeout: self.lock_timeout,
             ..FetchOutcome::default()
         };
-        let mut results = HashMap::new();
-        let mut settle = Vec::new();
-        // The broker may not hand out more than was asked: offsets beyond it are released at once.
-        let mut allowance = u64::try_from(max_records).unwrap_or(0);
-        let mut budget = InflateBudget::new(self.config.inflate_budget);
-        for (topic_id, parts) in resp.topics {
-            for part in parts {
-                let tp = (topic_id, part.partition);
-                if listed_keys.contains(&tp) {
-                    results.insert(tp, (part.ack_error_code, part.ack_error_message.clone()));
-                }
-                if part.error_code != 0 {
-                    if matches!(part.error_code, 6 | 74) {
-                        outcome.leader_moved = true;
-                    }
-                    tracing::warn!(node = self.shared.node, %topic_id, partition = part.partition, code = part.error_code, leader = part.leader_id, message = ?part.error_message, "share fetch partition error");
-                }
-                if !wanted.contains(&tp) {
-                    if !part.acquired.is_empty() || part.records.is_some() {
-                        tracing::warn!(node = self.shared.node, %topic_id, partition = part.partition, "the broker answered for a partition this fetch did not ask for: ignoring its records");
-                    }
-                    continue;
-                }
-                let (mut ranges, dropped) = records::acquired::normalise(&part.acquired);
-                if dropped > 0 {
-                    tracing::warn!(node = self.shared.node, %topic_id, partition = part.partition, offsets = dropped, "the broker named impossible or overlapping acquired ranges: ignoring those offsets");
-                }
-                for (first, last) in records::acquired::trim(&mut ranges, &mut allowance) {
-                    settle.push((tp, first, last, wire_type(AckKind::Release)));
-                }
-                let decoded = records::decode_partition(
-                    part.records,
-                    &ranges,
-                    self.config.inflate,
-                    &mut budget,
-                );
-                for (first, last) in decoded.gaps {
-                    settle.push((tp, first, last, GAP));
-                }
-                for (first, last) in decoded.releases {
-                    settle.push((tp, first, last, wire_type(AckKind::Release)));
-                }
-                outcome.records.extend(
-                    decoded
-                        .records
-                        .into_iter()
-                        .map(|r| (topic_id, part.partition, r)),
-                );
-            }
-        }
+        let handled = fetch_response::handle(
+            resp.topics,
+            fetch_response::Asked {
+                wanted: &wanted,
+                listed: &listed_keys,
+                max_records: u32::try_from(max_records).unwrap_or(0),
+            },
+            self.config.inflate,
+            self.config.inflate_budget,
+            self.shared.node,
+        );
+        outcome.leader_moved = handled.leader_moved;
+        outcome.records = handled.records;
+        let results = handled.ack_results;
+        let settle = handled.settle;
         answer_all(taken, &results);
         let mut dropped = 0usize;
         for ((topic_id, partition), first, last, kind) in settle {
@@ -454,7 +411,47 @@ impl Driver {
                 "too many gaps and releases queued: leaving these to the broker's lock timeout"
             );
         }
+        if let Some(fatal) = handled.fatal {
+            // What this response acquired stays locked until the session closes, which
+            // releases it.
+            return Err(self.fetch_error(
+                fatal.code,
+                Some(fatal.partition),
+                fatal.message.as_deref(),
+            ));
+        }
         Ok(outcome)
+    }
+
+    /// The error for a ShareFetch answered with `code` (for `partition`, when it is about one):
+    /// fatal kinds for answers no retry can change, naming the group, the broker and its words.
+    fn fetch_error(
+        &self,
+        code: i16,
+        partition: Option<(Uuid, i32)>,
+        message: Option<&str>,
+    ) -> Error {
+        let kind = codes::fatal_kind(code).unwrap_or(ErrorKind::Broker);
+        let broker = self
+            .cluster
+            .broker_addr(self.shared.node)
+            .unwrap_or_else(|| "?".to_owned());
+        let about = partition
+            .map(|(topic, p)| format!(" for partition {p} of topic {topic}"))
+            .unwrap_or_default();
+        Error::new(
+            kind,
+            format!(
+                "ShareFetch of share group {} to broker {} ({broker}){about} failed with error {}{}",
+                self.config.group,
+                self.shared.node,
+                codes::describe(code),
+                message
+                    .filter(|m| !m.is_empty())
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            ),
+        )
     }
 
     /// Sends the queued acknowledgements (or renewals) with ShareAcknowledge v2.

@@ -7,17 +7,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How often the dispatcher wakes when nothing else wakes it, so that a loop that stops running
-/// shows as silent within about this long.
+/// How often the dispatcher wakes when nothing else wakes it (1 s), so that a loop that stops
+/// running shows as silent within about this long.
 pub(crate) const TICK: Duration = Duration::from_secs(1);
 
 /// A cheap, cloneable view of a worker's health, from [`Worker::health`](super::Worker::health).
 ///
 /// - **Liveness** ([`liveness`](Self::liveness)): the dispatcher's loop ran recently. It runs at
-///   least once a [`TICK`] while the worker runs, so a loop that is stuck (every runtime thread
+///   least once a second while the worker runs, so a loop that is stuck (every runtime thread
 ///   blocked, a handler that blocks the dispatcher's thread) goes silent.
-/// - **Readiness** ([`readiness`](Self::readiness)): the worker runs, is not shutting down and its
-///   dead-letter sink is not failing.
+/// - **Readiness** ([`readiness`](Self::readiness)): the worker runs, is not shutting down, its
+///   dead-letter sink is not failing and its fetches are not failing.
 #[derive(Clone, Debug)]
 pub struct WorkerHealth {
     inner: Arc<Shared>,
@@ -33,6 +33,8 @@ struct Shared {
     stopping: AtomicBool,
     /// Why the dead-letter sink fails, while it does.
     dlq_failure: Mutex<Option<String>>,
+    /// Why fetching fails, while it does.
+    fetch_failure: Mutex<Option<String>>,
 }
 
 impl Default for WorkerHealth {
@@ -44,6 +46,7 @@ impl Default for WorkerHealth {
                 running: AtomicBool::new(false),
                 stopping: AtomicBool::new(false),
                 dlq_failure: Mutex::new(None),
+                fetch_failure: Mutex::new(None),
             }),
         }
     }
@@ -90,16 +93,15 @@ impl WorkerHealth {
         if let Some(why) = self.dlq_failure() {
             return Err(format!("the dead-letter sink is failing: {why}"));
         }
+        if let Some(why) = read(&self.inner.fetch_failure) {
+            return Err(format!("fetching fails: {why}"));
+        }
         Ok(())
     }
 
     /// Why the dead-letter sink fails, while it does (fetching is paused meanwhile).
     pub fn dlq_failure(&self) -> Option<String> {
-        self.inner
-            .dlq_failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        read(&self.inner.dlq_failure)
     }
 
     /// The dispatcher's loop ran now.
@@ -117,12 +119,20 @@ impl WorkerHealth {
     }
 
     pub(crate) fn set_dlq_failure(&self, why: Option<String>) {
-        *self
-            .inner
-            .dlq_failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = why;
+        write(&self.inner.dlq_failure, why);
     }
+
+    pub(crate) fn set_fetch_failure(&self, why: Option<String>) {
+        write(&self.inner.fetch_failure, why);
+    }
+}
+
+fn read(slot: &Mutex<Option<String>>) -> Option<String> {
+    slot.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+fn write(slot: &Mutex<Option<String>>, why: Option<String>) {
+    *slot.lock().unwrap_or_else(|e| e.into_inner()) = why;
 }
 
 fn round_ms(d: Duration) -> Duration {

@@ -187,6 +187,13 @@ impl MemoryBroker {
         self.shared.state().config.delivery_limit = limit;
     }
 
+    /// Fault injection: while `Some`, every fetch fails with an error of that kind, as a broker
+    /// that is down ([`ErrorKind::Io`](crate::ErrorKind::Io)) or refuses access
+    /// ([`ErrorKind::Authorization`](crate::ErrorKind::Authorization)) answers.
+    pub fn fail_fetches(&self, kind: Option<crate::ErrorKind>) {
+        self.shared.state().fail_fetches = kind;
+    }
+
     /// Fault injection: while `fail` is true, asking a member for the delivery-count limit
     /// ([`ShareSource::delivery_limit`](crate::source::ShareSource::delivery_limit)) fails, as a
     /// worker without permission to describe the group's configs sees it.

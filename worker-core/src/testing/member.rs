@@ -93,6 +93,9 @@ impl ShareSource for MemoryMember {
                     if state.is_closed(self.index) {
                         return Err(Error::new(ErrorKind::Closed, "the member is closed"));
                     }
+                    if let Some(kind) = state.fail_fetches {
+                        return Err(Error::new(kind, "injected fetch failure"));
+                    }
                     state.expire(now);
                     let batch = state.acquire(self.index, max_records, now);
                     if !batch.is_empty() || now >= deadline {

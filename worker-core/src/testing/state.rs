@@ -97,6 +97,7 @@ pub(crate) struct State {
     fetches: Vec<FetchLog>,
     pub(crate) fail_renewals: bool,
     pub(crate) fail_limit_reads: bool,
+    pub(crate) fail_fetches: Option<crate::ErrorKind>,
 }
 
 impl State {
@@ -115,6 +116,7 @@ impl State {
             fetches: Vec::new(),
             fail_renewals: false,
             fail_limit_reads: false,
+            fail_fetches: None,
         }
     }
 

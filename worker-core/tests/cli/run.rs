@@ -142,3 +142,57 @@ async fn a_record_whose_worker_keeps_dying_ends_in_the_dlq() {
     assert_eq!(header("share.dlq.delivery.count"), Some(limit.to_string()));
     assert_eq!(header("share.dlq.topic"), Some(topic.clone()));
 }
+
+/// A group id that belongs to a classic consumer group can never be joined as a share group:
+/// `run` stops at once with a non-zero exit and one line naming the group, the coordinator and
+/// the broker's error, instead of retrying forever while `/healthz` says alive.
+#[tokio::test]
+async fn a_group_id_of_a_classic_group_stops_run_with_a_clear_error() {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    let scratch = Scratch::new();
+    let topic = unique("cli-classic");
+    let group = unique("cli-classic-group");
+    let cfg = scratch.write("worker.toml", &config(&group, &topic, "handler = \"noop\""));
+    let cfg = cfg.to_str().expect("utf-8 path");
+    assert_ok(
+        &share_worker(&["setup", "--config", cfg], &[]).await,
+        "setup",
+    );
+    // A classic consumer group with that id: commit an offset in its name.
+    let (topic_c, group_c) = (topic.clone(), group.clone());
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", bootstrap())
+            .set("group.id", &group_c)
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("a classic consumer");
+        let mut offsets = rdkafka::TopicPartitionList::new();
+        offsets
+            .add_partition_offset(&topic_c, 0, rdkafka::Offset::Offset(0))
+            .expect("an offset");
+        consumer
+            .commit(&offsets, CommitMode::Sync)
+            .expect("committing as a classic group");
+    })
+    .await
+    .expect("the classic consumer");
+
+    let started = std::time::Instant::now();
+    let out = share_worker(&["run", "--config", cfg], &[]).await;
+    let took = started.elapsed();
+    assert!(
+        !out.status.success(),
+        "run must fail: {}",
+        text(&out.stderr)
+    );
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    let stderr = text(&out.stderr);
+    let last = stderr
+        .lines()
+        .rfind(|l| l.starts_with("share-worker: error"))
+        .unwrap_or_else(|| panic!("no error line in {stderr}"));
+    for part in [group.as_str(), "classic", "127.0.0.1", "GROUP_ID_NOT_FOUND"] {
+        assert!(last.contains(part), "{part:?} in {last}");
+    }
+}

@@ -313,20 +313,27 @@ where
         );
         let batch = match result {
             Ok(batch) => batch,
-            Err(err) if err.kind() == ErrorKind::Closed => {
-                tracing::error!(error = %err, "the source closed: shutting down");
+            Err(err) if ends_the_worker(err.kind()) => {
+                tracing::error!(error = %err, "the source cannot go on: releasing what the worker holds and stopping");
+                self.summary.fetch_errors += 1;
                 self.fatal = Some(err);
                 self.begin_shutdown(now);
                 return;
             }
             Err(err) => {
                 self.summary.fetch_errors += 1;
+                if self.fetch_backoff == FETCH_BACKOFF {
+                    self.health.set_fetch_failure(Some(err.to_string()));
+                }
                 tracing::warn!(error = %err, retry_in = ?self.fetch_backoff, "fetch failed");
                 self.fetch_not_before = Some(now + self.fetch_backoff);
                 self.fetch_backoff = (self.fetch_backoff * 2).min(MAX_FETCH_BACKOFF);
                 return;
             }
         };
+        if self.fetch_backoff != FETCH_BACKOFF {
+            self.health.set_fetch_failure(None);
+        }
         self.fetch_backoff = FETCH_BACKOFF;
         if batch.is_empty() {
             self.fetch_not_before = Some(now + EMPTY_FETCH_PAUSE);
@@ -609,6 +616,20 @@ where
         .flatten()
         .min()
     }
+}
+
+/// Whether a fetch error stops the worker: the source closed, or the broker said something no
+/// retry can change (access refused, the group is of another type or full, share groups off, a
+/// setting it refuses). Anything else (the network, a broker restarting) is retried with backoff.
+fn ends_the_worker(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::Closed
+            | ErrorKind::Authorization
+            | ErrorKind::Group
+            | ErrorKind::Unsupported
+            | ErrorKind::Config
+    )
 }
 
 /// Records how a record ended on its span: `share_worker.outcome`, and for anything but an accept

@@ -251,3 +251,73 @@ async fn a_second_worker_picks_up_what_the_first_released() {
         .count();
     assert_eq!(redelivered, 150);
 }
+
+/// An answer no retry can change (access refused, the group of another type, share groups off)
+/// stops the worker with that error instead of retrying forever: records that never started are
+/// released, running handlers finish within the grace period and are acknowledged.
+#[tokio::test(start_paused = true)]
+async fn a_fatal_fetch_error_stops_the_worker_with_it() {
+    let broker = MemoryBroker::new();
+    for i in 0..4 {
+        broker.produce("t", i.to_string());
+    }
+    let worker = Worker::builder(broker.member("a"))
+        .route(
+            "t",
+            handler(|_| async {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Outcome::Accept
+            }),
+        )
+        .concurrency(2)
+        .build()
+        .unwrap();
+    let health = worker.health();
+    let run = tokio::spawn(worker.run());
+    let b = broker.clone();
+    wait_until(Duration::from_secs(5), "two running", move || {
+        b.counts().acquired == 2
+    })
+    .await;
+    broker.fail_fetches(Some(ErrorKind::Authorization));
+    let err = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the worker stops by itself")
+        .unwrap()
+        .expect_err("the fatal error comes back");
+    assert_eq!(err.kind(), ErrorKind::Authorization);
+    let c = broker.counts();
+    assert_eq!((c.acknowledged, c.acquired), (2, 0), "{c:?}");
+    assert!(health.readiness().is_err());
+}
+
+/// Any other fetch error is retried with backoff; readiness says why meanwhile and clears once
+/// fetching works again.
+#[tokio::test(start_paused = true)]
+async fn a_passing_fetch_error_is_retried_and_shown_in_readiness() {
+    let broker = MemoryBroker::new();
+    broker.fail_fetches(Some(ErrorKind::Io));
+    let worker = Worker::builder(broker.member("a"))
+        .route("t", handler(|_| async { Outcome::Accept }))
+        .build()
+        .unwrap();
+    let health = worker.health();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let h = health.clone();
+    wait_until(Duration::from_secs(5), "readiness to fail", move || {
+        h.readiness()
+            .is_err_and(|why| why.contains("fetching fails"))
+    })
+    .await;
+    broker.fail_fetches(None);
+    broker.produce("t", "0");
+    let (b, h) = (broker.clone(), health.clone());
+    wait_until(Duration::from_secs(30), "recovered", move || {
+        b.counts().acknowledged == 1 && h.readiness().is_ok()
+    })
+    .await;
+    shutdown.shutdown();
+    let summary = run.await.unwrap().unwrap();
+    assert!(summary.fetch_errors >= 1);
+}
