@@ -112,6 +112,9 @@ pub(crate) fn inflate(
     }
 }
 
+/// How much is read (and zeroed ahead of reading) at a time.
+const READ_CHUNK: usize = 64 << 10;
+
 enum Inflate {
     TooLarge,
     Corrupt(String),
@@ -126,16 +129,32 @@ fn zstd_decoder(data: &Bytes, window_log: u32) -> Result<impl Read + '_, Inflate
     Ok(decoder)
 }
 
-fn bounded_read(reader: impl Read, limit: usize, what: &str) -> Result<Bytes, Inflate> {
+fn bounded_read(mut reader: impl Read, limit: usize, what: &str) -> Result<Bytes, Inflate> {
     let mut out = Vec::new();
-    reader
-        .take(limit as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| Inflate::Corrupt(format!("{what} decompression failed: {e}")))?;
-    if out.len() > limit {
-        return Err(Inflate::TooLarge);
+    loop {
+        // Zero only the next chunk past what was read: `read_to_end` zeroes (and so makes
+        // resident) up to the whole spare capacity of a buffer that doubles as it grows.
+        let start = out.len();
+        out.resize(
+            start + READ_CHUNK.min(limit.saturating_add(1).saturating_sub(start)),
+            0,
+        );
+        let read = loop {
+            match reader.read(&mut out[start..]) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => break other,
+            }
+        };
+        let read =
+            read.map_err(|e| Inflate::Corrupt(format!("{what} decompression failed: {e}")))?;
+        out.truncate(start + read);
+        if read == 0 {
+            return Ok(Bytes::from(out));
+        }
+        if out.len() > limit {
+            return Err(Inflate::TooLarge);
+        }
     }
-    Ok(Bytes::from(out))
 }
 
 /// Snappy as Kafka writes it: the xerial framing (magic, then length-prefixed raw blocks), or one
@@ -222,6 +241,44 @@ mod tests {
             inflate(&data, Codec::Gzip, limits(8_000), &mut budget, true).is_ok(),
             "the first batch of a partition is owed its cap"
         );
+    }
+
+    /// Hands out at most 1000 bytes per read and is interrupted every other call.
+    struct Stuttering<'a> {
+        data: &'a [u8],
+        calls: usize,
+    }
+
+    impl Read for Stuttering<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.calls += 1;
+            if self.calls % 2 == 0 {
+                return Err(std::io::ErrorKind::Interrupted.into());
+            }
+            let n = buf.len().min(self.data.len()).min(1000);
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn bounded_reads_go_up_to_the_limit_across_chunks_and_interruptions() {
+        let data: Vec<u8> = (0..3 * READ_CHUNK + 5).map(|i| (i % 251) as u8).collect();
+        let read = |limit| {
+            bounded_read(
+                Stuttering {
+                    data: &data,
+                    calls: 0,
+                },
+                limit,
+                "test",
+            )
+        };
+        assert!(matches!(read(data.len()), Ok(out) if out[..] == data[..]));
+        assert!(matches!(read(data.len() - 1), Err(Inflate::TooLarge)));
+        assert!(matches!(read(usize::MAX), Ok(out) if out.len() == data.len()));
+        assert!(matches!(read(0), Err(Inflate::TooLarge)));
     }
 
     #[test]
