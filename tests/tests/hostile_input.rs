@@ -1,9 +1,10 @@
 //! A hostile producer (RELIABILITY scenario 14) against the real broker: between good records, a
-//! batch whose header keys are not UTF-8 and a gzip batch that inflates past the source's batch
-//! cap. Good records are handled exactly once; every offset of both bad batches lands in the DLQ
-//! exactly once (reason `decode`, saying whether the record or its batch did not decode), the
-//! handler never sees one, and nothing is archived without a letter: the DLQ offsets and the
-//! handled offsets are every offset of the topic, and the group's lag reaches 0.
+//! batch whose header keys are not UTF-8, a gzip batch with one such record between two good
+//! ones, and a gzip batch that inflates past the source's batch cap. Good records (the good
+//! neighbours in the mixed batch included, headers intact) are handled exactly once; every bad
+//! offset lands in the DLQ exactly once (reason `decode`, saying whether the record or its batch
+//! did not decode), the handler never sees one, and nothing is archived without a letter: the DLQ
+//! offsets and the handled offsets are every offset of the topic, and the group's lag reaches 0.
 //!
 //! The broker checks CRCs itself, so a batch with a bad CRC cannot be stored: that case is covered
 //! by the decoder's unit tests and fuzz harness only.
@@ -38,12 +39,16 @@ const BAD_KEY: &[u8] = b"\xff\xfekey";
 /// Good records before and after the bad batches.
 const GOOD_EACH_SIDE: usize = 25;
 
-/// A topic holding good records, a batch of three records with a non-UTF-8 header key, a gzip
-/// batch of three records of 1 MiB of zeros, and good records again; its offsets by kind.
+/// A topic holding good records, a batch of three records with a non-UTF-8 header key, a mixed
+/// gzip batch (good, bad, good), a gzip batch of three records of 1 MiB of zeros, and good records
+/// again; its offsets by kind.
 struct HostileTopic {
     setup: Setup,
-    /// The offsets of the batch with non-UTF-8 header keys, with each record's value.
+    /// The offsets of the records with non-UTF-8 header keys (a batch of three, and one in the
+    /// mixed batch), with each record's value.
     bad_header: Vec<(i64, Vec<u8>)>,
+    /// The good records of the mixed batch, with their `trace-id` header.
+    mixed_good: Vec<(i64, &'static str)>,
     /// The offsets of the batch that inflates past the cap.
     bomb: Vec<i64>,
     /// The offset after the last record.
@@ -87,7 +92,17 @@ impl HostileTopic {
             })
             .collect();
         let base = produce_batch(&topic, encode_batch(0, &records, RawCompression::None)?).await?;
-        let bad_header = (base..).zip(values).collect();
+        let mut bad_header: Vec<(i64, Vec<u8>)> = (base..).zip(values).collect();
+
+        // A gzip batch with one bad record between two good ones, which keep their headers.
+        let mixed = [
+            RawRecordSpec::value("mixed-good-0").header("trace-id", "m0"),
+            RawRecordSpec::value("mixed-bad").header(BAD_KEY, "v"),
+            RawRecordSpec::value("mixed-good-1").header("trace-id", "m1"),
+        ];
+        let base = produce_batch(&topic, encode_batch(0, &mixed, RawCompression::Gzip)?).await?;
+        bad_header.push((base + 1, b"mixed-bad".to_vec()));
+        let mixed_good = vec![(base, "m0"), (base + 2, "m1")];
 
         let zeros = vec![0u8; MAX_BATCH_BYTES];
         let bomb: Vec<RawRecordSpec> = (0..3)
@@ -100,7 +115,7 @@ impl HostileTopic {
 
         let after = (GOOD_EACH_SIDE..2 * GOOD_EACH_SIDE).map(|i| format!("good-{i}"));
         produce(&good, &topic, Some(0), after).await?;
-        let end = i64::try_from(2 * GOOD_EACH_SIDE + 6)?;
+        let end = i64::try_from(2 * GOOD_EACH_SIDE + 9)?;
         Ok(Self {
             setup: Setup {
                 admin,
@@ -108,6 +123,7 @@ impl HostileTopic {
                 group,
             },
             bad_header,
+            mixed_good,
             bomb,
             end,
         })
@@ -136,18 +152,24 @@ async fn bad_batches_are_dead_lettered_once(max_poll_records: u32) -> anyhow::Re
             .await?,
         ledger: ledger.clone(),
     };
-    // Offset → how many times the handler ran on it.
-    let handled = Arc::new(Mutex::new(BTreeMap::<i64, usize>::new()));
+    // Offset → the `trace-id` header of each time the handler ran on it.
+    let handled = Arc::new(Mutex::new(BTreeMap::<i64, Vec<Option<String>>>::new()));
     let seen = handled.clone();
     let worker = Worker::builder(source)
         .route(
             setup.topic.as_str(),
             service_fn(move |job: Job| {
-                *seen
-                    .lock()
+                let trace = job
+                    .headers()
+                    .iter()
+                    .find(|h| &*h.key == "trace-id")
+                    .and_then(|h| h.value.as_ref())
+                    .map(|v| String::from_utf8_lossy(v).into_owned());
+                seen.lock()
                     .expect("ledger")
                     .entry(job.id().offset)
-                    .or_default() += 1;
+                    .or_default()
+                    .push(trace);
                 async { Ok::<_, Infallible>(Outcome::Accept) }
             }),
         )
@@ -232,7 +254,7 @@ async fn bad_batches_are_dead_lettered_once(max_poll_records: u32) -> anyhow::Re
     }
 
     let handled = handled.lock().expect("ledger");
-    let twice: Vec<_> = handled.iter().filter(|(_, n)| **n != 1).collect();
+    let twice: Vec<_> = handled.iter().filter(|(_, runs)| runs.len() != 1).collect();
     assert!(twice.is_empty(), "handled more than once: {twice:?}");
     let called_on_bad: Vec<_> = handled.keys().filter(|o| bad.contains(o)).collect();
     assert!(
@@ -253,10 +275,21 @@ async fn bad_batches_are_dead_lettered_once(max_poll_records: u32) -> anyhow::Re
         (0..hostile.end).collect(),
         "every offset handled or dead-lettered"
     );
-    assert_eq!(handled.len(), 2 * GOOD_EACH_SIDE);
+    for (offset, trace) in &hostile.mixed_good {
+        assert_eq!(
+            handled.get(offset),
+            Some(&vec![Some((*trace).to_owned())]),
+            "the good neighbour at {offset} handled once, its header intact"
+        );
+    }
+    assert_eq!(handled.len(), 2 * GOOD_EACH_SIDE + 2);
     assert_eq!(summary.dead_letters.decode, bad.len() as u64, "{summary:?}");
     assert_eq!(summary.dlq_written, bad.len() as u64, "{summary:?}");
-    assert_eq!(summary.accepted, 2 * GOOD_EACH_SIDE as u64, "{summary:?}");
+    assert_eq!(
+        summary.accepted,
+        2 * GOOD_EACH_SIDE as u64 + 2,
+        "{summary:?}"
+    );
     Ok(())
 }
 
