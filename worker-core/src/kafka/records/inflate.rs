@@ -126,16 +126,37 @@ fn zstd_decoder(data: &Bytes, window_log: u32) -> Result<impl Read + '_, Inflate
     Ok(decoder)
 }
 
-fn bounded_read(reader: impl Read, limit: usize, what: &str) -> Result<Bytes, Inflate> {
-    let mut out = Vec::new();
-    reader
-        .take(limit as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| Inflate::Corrupt(format!("{what} decompression failed: {e}")))?;
-    if out.len() > limit {
+/// Reads at most `limit` bytes (one more tells that there are more). The buffer grows by doubling
+/// but never past `limit + 1`: `read_to_end` would double it to twice the cap.
+fn bounded_read(mut reader: impl Read, limit: usize, what: &str) -> Result<Bytes, Inflate> {
+    const FIRST: usize = 8 << 10;
+    let most = limit.saturating_add(1);
+    // `buf` is zeroed up to its length; `filled` bytes of it hold output.
+    let mut buf = Vec::new();
+    let mut filled = 0;
+    // A decoder may fail on an empty buffer (zstd does): stop at `most` without asking it.
+    while filled < most {
+        if filled == buf.len() {
+            let grown = buf.len().saturating_mul(2).clamp(FIRST.min(most), most);
+            buf.reserve_exact(grown - buf.len());
+            buf.resize(grown, 0);
+        }
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(Inflate::Corrupt(format!(
+                    "{what} decompression failed: {e}"
+                )));
+            }
+        }
+    }
+    if filled > limit {
         return Err(Inflate::TooLarge);
     }
-    Ok(Bytes::from(out))
+    buf.truncate(filled);
+    Ok(Bytes::from(buf))
 }
 
 /// Snappy as Kafka writes it: the xerial framing (magic, then length-prefixed raw blocks), or one
@@ -150,6 +171,8 @@ fn snappy(input: &[u8], limit: usize) -> Result<Bytes, Inflate> {
             return Err(Inflate::TooLarge);
         }
         let start = out.len();
+        // Exactly what the block needs: `resize` alone may double the buffer past the limit.
+        out.reserve_exact(len);
         out.resize(start + len, 0);
         let written = snap::raw::Decoder::new()
             .decompress(block, &mut out[start..])
