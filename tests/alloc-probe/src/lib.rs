@@ -209,7 +209,11 @@ mod tests {
         assert_eq!(current(), Measurement::default());
         let v = black_box(Vec::<u8>::with_capacity(1 << 20));
         drop(v);
-        assert_eq!(current(), Measurement::default(), "a disarmed allocation counted");
+        assert_eq!(
+            current(),
+            Measurement::default(),
+            "a disarmed allocation counted"
+        );
         assert!(!ARMED.with(Cell::get));
     }
 
@@ -233,7 +237,10 @@ mod tests {
         });
         drop(small);
         assert!(inner.largest >= 10_000 && inner.count == 1, "{inner:?}");
-        assert!(outer.largest >= 10_000, "the inner allocation counts outside too: {outer:?}");
+        assert!(
+            outer.largest >= 10_000,
+            "the inner allocation counts outside too: {outer:?}"
+        );
         assert!(outer.count >= 2, "{outer:?}");
         let ((), after) = measure(|| ());
         assert_eq!(after, Measurement::default());

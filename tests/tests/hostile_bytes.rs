@@ -1,0 +1,805 @@
+//! Hostile bytes into every decoder of network data: record batches (every compression, headers,
+//! control batches) and every response the client decodes, valid and then cut, mutated, lying
+//! about lengths, inflating past their caps, and random. Needs no broker.
+//!
+//! A counting global allocator measures each decode: no single allocation may exceed what the
+//! input justifies (see [`records_limit`] and [`response_limit`]), so a length taken from the
+//! wire and reserved before the bytes are checked fails here even when it would not crash.
+//!
+//! Inputs come from `rand`'s `StdRng` with fixed seeds, not proptest: the same cases run on every
+//! machine and in CI without a persistence file, the case counts are explicit (tuned to keep this
+//! binary well under a minute in a debug build), and no new dependency is needed. A failure
+//! prints the seed-independent input itself (hex) and saves it, so it reproduces without
+//! shrinking.
+
+#[path = "hostile_bytes/batches.rs"]
+mod batches;
+#[path = "hostile_bytes/responses.rs"]
+mod responses;
+
+use std::collections::BTreeSet;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use alloc_probe::{CountingAllocator, Measurement, measure};
+use anyhow::{Context, Result, bail, ensure};
+use bytes::Bytes;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use worker_core::kafka::test_util::{
+    DecodedPartition, DecodedRecords, RawCompression, RawRecordSpec, decode_partition,
+    encode_batch, response_decoders,
+};
+
+use batches::{CODECS, Fate, HEADER_LEN, Shape, Stream};
+use responses::Gen;
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// Allocations any decode may make whatever its input: error messages naming what was wrong,
+/// an `Arc`'d reason, small vectors.
+const SLACK: usize = 4 << 10;
+
+/// The largest buffer a decompressor allocates whatever its input: zstd's input buffer,
+/// `ZSTD_DStreamInSize()` = 128 KiB + 3 (miniz_oxide's inflate state is about 43 KB, lz4's
+/// buffer 32 KiB). zstd's window and lz4's blocks come from C `malloc`, which this allocator does
+/// not see: those are bounded by the window cap in `inflate.rs` and lz4's 4 MiB block maximum.
+const DECOMPRESSOR: usize = (128 << 10) + 3;
+
+/// Bytes of bookkeeping per acquired offset: each becomes one delivery (offset, timestamp, key,
+/// value, headers, delivery count and an optional reason: 120 bytes) in a vector that grows by
+/// doubling.
+const PER_ACQUIRED_OFFSET: usize = 2 * 120;
+
+/// The most one allocation may take while decoding `input_len` bytes of one partition with
+/// `acquired` offsets acquired and a batch cap of `max_batch_bytes`: records and their fields are
+/// slices of the input or of one inflated batch (at most the cap), and only acquired records are
+/// held (one delivery each).
+fn records_limit(input_len: usize, max_batch_bytes: usize, acquired: usize) -> usize {
+    input_len + max_batch_bytes + acquired * PER_ACQUIRED_OFFSET + DECOMPRESSOR + SLACK
+}
+
+/// The most one allocation may take while decoding a response of `input_len` bytes with the
+/// decoder `api`: these decoders have no caps, and an element's decoded form may be larger than
+/// its smallest encoding (see [`expansion`]).
+fn response_limit(api: &str, input_len: usize) -> usize {
+    input_len * expansion(api) + SLACK
+}
+
+/// The most bytes of one vector or map a decoder builds per byte of input (64-bit targets): the
+/// size of its largest element over that element's smallest encoding, which is what the decoder
+/// checks a count against before reserving. Doubled where the vector grows by doubling or is a
+/// hash map (whose table is rounded up to a power of two at 7/8 load).
+fn expansion(api: &str) -> usize {
+    match api {
+        // A subscribed topic name: a 24-byte `String` from a 1-byte empty compact string.
+        "ShareGroupDescribe" => 24,
+        // A group: 80 bytes (id, offsets, error) from 6.
+        "DescribeShareGroupOffsets v0" | "DescribeShareGroupOffsets v1" => 14,
+        // A resource result: 80 bytes from 7.
+        "DescribeConfigs" => 12,
+        // A resource: 56 bytes from 6.
+        "IncrementalAlterConfigs" => 10,
+        // The broker map: (i32, String) entries of 32 bytes from 11, in a table up to 2.3 times
+        // the count.
+        "Metadata" => 7,
+        // A partition: 120 bytes from 22.
+        "ShareFetch" => 6,
+        // A topic result: 72 bytes from 12 (v5; 28 from v7).
+        "CreateTopics v5" => 6,
+        "CreateTopics v7" => 3,
+        // A partition: 56 bytes from 27, in a vector reserved per topic (doubling).
+        "ListOffsets" => 5,
+        // Partitions: 40 bytes from 16; topics 40 from 18; partition lists 4 from 4, doubling.
+        "ShareAcknowledge" | "ShareGroupHeartbeat" => 3,
+        // The version map: 6-byte entries from 7, in a table up to 2.3 times the count.
+        "ApiVersions" => 3,
+        // Strings only: "host:port" is formatted into a string that grows by doubling.
+        "FindCoordinator" => 2,
+        _ => 1,
+    }
+}
+
+/// What went wrong with one input: a panic or an allocation beyond the limit. Carries the input.
+fn failure(what: &str, input: &[u8], why: &str) -> anyhow::Error {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("hostile_bytes");
+    let name: String = what
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let file = dir.join(format!("{name}-{:08x}.bin", crc32c::crc32c(input)));
+    let saved = std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(&file, input))
+        .map_or_else(
+            |e| format!("not saved: {e}"),
+            |()| file.display().to_string(),
+        );
+    let shown = input.len().min(512);
+    let hex: String = input[..shown].iter().map(|b| format!("{b:02x}")).collect();
+    anyhow::anyhow!(
+        "{what}: {why}\ninput ({} bytes, saved to {saved}), first {shown} bytes:\n{hex}",
+        input.len()
+    )
+}
+
+/// Runs `decode` on `input` under the counting allocator: a panic or a single allocation over
+/// `limit` is an error naming `what` and carrying the input.
+fn bounded<T>(what: &str, input: &[u8], limit: usize, decode: impl FnOnce() -> T) -> Result<T> {
+    let (value, m): (T, Measurement) = match catch_unwind(AssertUnwindSafe(|| measure(decode))) {
+        Ok(done) => done,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)");
+            return Err(failure(what, input, &format!("panicked: {message}")));
+        }
+    };
+    if std::env::var_os("SURVEY").is_some() {
+        eprintln!(
+            "SURVEY\t{what}\t{}\t{}\t{}\t{}\t{limit}",
+            input.len(),
+            m.largest,
+            m.total,
+            m.count
+        );
+    }
+    if let Err(overrun) = m.check_largest(limit) {
+        return Err(failure(what, input, &overrun.to_string()));
+    }
+    Ok(value)
+}
+
+/// One partition's decode: `data` with `first..=last` acquired, under [`records_limit`].
+#[derive(Debug, Clone, Copy)]
+struct Fetch {
+    first: i64,
+    last: i64,
+    max_batch_bytes: usize,
+    budget: usize,
+}
+
+impl Fetch {
+    fn acquired(&self) -> usize {
+        usize::try_from(self.last - self.first + 1).unwrap_or(0)
+    }
+
+    fn decode(&self, what: &str, data: &[u8]) -> Result<DecodedPartition> {
+        let limit = records_limit(data.len(), self.max_batch_bytes, self.acquired());
+        let bytes = Bytes::copy_from_slice(data);
+        let decoded = bounded(what, data, limit, || {
+            decode_partition(
+                bytes,
+                self.first,
+                self.last,
+                self.max_batch_bytes,
+                self.budget,
+            )
+        })?;
+        accounted_once(&decoded.summary(), self.first, self.last)
+            .map_err(|e| failure(what, data, &format!("{e:#}")))?;
+        Ok(decoded)
+    }
+}
+
+/// Every acquired offset is exactly one of: record, undecodable, gap, release.
+fn accounted_once(d: &DecodedRecords, first: i64, last: i64) -> Result<()> {
+    let mut seen: Vec<i64> = d.records.iter().chain(&d.undecodable).copied().collect();
+    for &(from, to) in d.gaps.iter().chain(&d.releases) {
+        ensure!(from <= to, "range {from}..={to} is reversed");
+        seen.extend(from..=to);
+    }
+    let n = seen.len();
+    seen.sort_unstable();
+    seen.dedup();
+    ensure!(
+        seen.len() == n,
+        "{} offsets accounted twice",
+        n - seen.len()
+    );
+    let want: Vec<i64> = (first..=last).collect();
+    if seen != want {
+        let seen: BTreeSet<_> = seen.into_iter().collect();
+        let want: BTreeSet<_> = want.into_iter().collect();
+        bail!(
+            "offsets never accounted: {:?}; accounted but never acquired: {:?}",
+            want.difference(&seen).take(10).collect::<Vec<_>>(),
+            seen.difference(&want).take(10).collect::<Vec<_>>()
+        );
+    }
+    Ok(())
+}
+
+/// A random acquired range over `stream`, sometimes reaching before or after its batches.
+fn acquired_over(rng: &mut StdRng, stream: &Stream) -> (i64, i64) {
+    let start = stream.batches.first().map_or(0, |b| b.base);
+    let first = (start + rng.random_range(-3..=5)).max(0);
+    let last = (stream.end + rng.random_range(-5..=3)).max(first);
+    (first, last)
+}
+
+/// A fetch of `stream` with a random acquired range and budget, a cap every batch fits under.
+fn fetch_of(rng: &mut StdRng, stream: &Stream) -> Fetch {
+    let (first, last) = acquired_over(rng, stream);
+    let budget = if rng.random_bool(0.5) {
+        usize::MAX
+    } else {
+        rng.random_range(0..64 << 10)
+    };
+    Fetch {
+        first,
+        last,
+        max_batch_bytes: 1 << 20,
+        budget,
+    }
+}
+
+const VALID: Shape = Shape {
+    bad_header_keys: false,
+    max_batches: 6,
+    max_records: 12,
+};
+const HOSTILE_HEADERS: Shape = Shape {
+    bad_header_keys: true,
+    ..VALID
+};
+
+fn same_record(got: &worker_core::kafka::test_util::RecordFields, want: &RawRecordSpec) -> bool {
+    let bytes = |b: &Option<Bytes>| b.as_ref().map(|b| b.to_vec());
+    bytes(&got.key) == want.key
+        && bytes(&got.value) == want.value
+        && got.headers.len() == want.headers.len()
+        && got
+            .headers
+            .iter()
+            .zip(&want.headers)
+            .all(|(h, (k, v))| Some(h.key.as_bytes()) == k.as_deref() && bytes(&h.value) == *v)
+}
+
+/// Valid streams: every record comes back intact, undecodable only where a header key is not
+/// UTF-8 or null, control batches and holes are gaps, releases only where the budget ran out.
+#[test]
+fn valid_batches_decode_intact() -> Result<()> {
+    let mut rng = StdRng::seed_from_u64(0xba7c4);
+    for case in 0..600 {
+        let shape = if case % 2 == 0 {
+            VALID
+        } else {
+            HOSTILE_HEADERS
+        };
+        let stream = batches::stream(&mut rng, shape)?;
+        let fetch = fetch_of(&mut rng, &stream);
+        let what = format!("valid stream {case}");
+        let decoded = fetch.decode(&what, &stream.bytes)?;
+        let summary = decoded.summary();
+        let (fates, may_release) = batches::fates(&stream, fetch.first, fetch.last);
+        let released = |o: i64| summary.releases.iter().any(|&(a, b)| a <= o && o <= b);
+        let may = |o: i64| may_release.iter().any(|&(a, b)| a <= o && o <= b);
+        if fetch.budget == usize::MAX {
+            ensure!(
+                summary.releases.is_empty(),
+                "{what}: released without a budget"
+            );
+        }
+        let records = decoded.records();
+        for r in &records {
+            match fates.get(&r.offset) {
+                Some(Fate::Record(want)) => ensure!(
+                    same_record(r, want),
+                    "{what}: offset {} came back as {r:?}, not {want:?}",
+                    r.offset
+                ),
+                other => bail!("{what}: offset {} delivered, expected {other:?}", r.offset),
+            }
+        }
+        for o in fetch.first..=fetch.last {
+            let delivered = records.iter().any(|r| r.offset == o);
+            let undecodable = summary.undecodable.contains(&o);
+            let ok = match fates.get(&o) {
+                Some(Fate::Record(_)) => delivered || (released(o) && may(o)),
+                Some(Fate::Undecodable) => undecodable || (released(o) && may(o)),
+                None => summary.gaps.iter().any(|&(a, b)| a <= o && o <= b),
+            };
+            ensure!(
+                ok,
+                "{what}: offset {o} expected {:?}, got {summary:?}",
+                fates.get(&o)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Valid streams cut at random points: never a panic, every offset accounted once.
+#[test]
+fn truncated_batches_are_accounted() -> Result<()> {
+    let mut rng = StdRng::seed_from_u64(0xc07);
+    for case in 0..300 {
+        let stream = batches::stream(&mut rng, HOSTILE_HEADERS)?;
+        let fetch = fetch_of(&mut rng, &stream);
+        for _ in 0..8 {
+            let cut = rng.random_range(0..stream.bytes.len());
+            fetch.decode(&format!("stream {case} cut at {cut}"), &stream.bytes[..cut])?;
+        }
+    }
+    Ok(())
+}
+
+/// Random byte mutations, with the CRC left as it is (the batch is bad) or fixed up (the bytes
+/// reach the records decoder).
+#[test]
+fn mutated_batches_are_accounted() -> Result<()> {
+    let mut rng = StdRng::seed_from_u64(0x3a7e);
+    for case in 0..400 {
+        let stream = batches::stream(&mut rng, HOSTILE_HEADERS)?;
+        let fetch = fetch_of(&mut rng, &stream);
+        for round in 0..6 {
+            let mut data = stream.bytes.clone();
+            let b = &stream.batches[rng.random_range(0..stream.batches.len())];
+            for _ in 0..rng.random_range(1..5) {
+                let i = rng.random_range(b.at..b.at + b.len);
+                data[i] = rng.random();
+            }
+            if round % 2 == 1 {
+                batches::fix_crc(&mut data[b.at..b.at + b.len]);
+            }
+            fetch.decode(&format!("stream {case} mutation {round}"), &data)?;
+        }
+    }
+    Ok(())
+}
+
+/// Big-endian `value` written over `data[at..at + N]`.
+fn overwrite<const N: usize>(data: &mut [u8], at: usize, value: [u8; N]) {
+    if let Some(slot) = data.get_mut(at..at + N) {
+        slot.copy_from_slice(&value);
+    }
+}
+
+/// Header fields replaced by huge, negative and off-by-one values, CRC fixed where it covers
+/// the field: batch length, base offset, last offset delta, record count, magic, codec.
+#[test]
+fn batch_headers_that_lie_are_accounted() -> Result<()> {
+    let mut rng = StdRng::seed_from_u64(0x1e);
+    for case in 0..120 {
+        let stream = batches::stream(&mut rng, HOSTILE_HEADERS)?;
+        let fetch = fetch_of(&mut rng, &stream);
+        let b = &stream.batches[rng.random_range(0..stream.batches.len())];
+        let len = i32::try_from(b.len - 12)?;
+        let count = i32::try_from(b.records.len())?;
+        let mut variants: Vec<(&str, Box<dyn Fn(&mut [u8])>)> = Vec::new();
+        for v in [
+            i32::MAX,
+            i32::MIN,
+            -1,
+            0,
+            48,
+            49,
+            len - 1,
+            len + 1,
+            len + 4096,
+        ] {
+            variants.push((
+                "batch length",
+                Box::new(move |d: &mut [u8]| overwrite(d, 8, v.to_be_bytes())),
+            ));
+        }
+        for v in [i64::MAX, i64::MIN, -1, i64::MAX - 2] {
+            variants.push((
+                "base offset",
+                Box::new(move |d: &mut [u8]| overwrite(d, 0, v.to_be_bytes())),
+            ));
+        }
+        for (field, at, values) in [
+            ("last offset delta", 23, [i32::MAX, i32::MIN, -1, 0, count]),
+            ("record count", 57, [i32::MAX, i32::MIN, -1, 0, count + 1]),
+        ] {
+            for v in values {
+                variants.push((
+                    field,
+                    Box::new(move |d: &mut [u8]| {
+                        overwrite(d, at, v.to_be_bytes());
+                        batches::fix_crc(d);
+                    }),
+                ));
+            }
+        }
+        for magic in [0u8, 1, 3, 0xff] {
+            variants.push(("magic", Box::new(move |d: &mut [u8]| d[16] = magic)));
+        }
+        for codec in 0u8..8 {
+            variants.push((
+                "codec",
+                Box::new(move |d: &mut [u8]| {
+                    d[22] = (d[22] & !0x07) | codec;
+                    batches::fix_crc(d);
+                }),
+            ));
+        }
+        for (field, change) in &variants {
+            let mut data = stream.bytes.clone();
+            change(&mut data[b.at..b.at + b.len]);
+            fetch.decode(&format!("stream {case}: {field}"), &data)?;
+        }
+    }
+    Ok(())
+}
+
+/// Zig-zag varint encodings of lengths no record can hold, and an overlong varint.
+fn hostile_varints() -> Vec<Vec<u8>> {
+    let zigzag = |v: i32| {
+        let mut z = ((v << 1) ^ (v >> 31)) as u32;
+        let mut out = Vec::new();
+        while z >= 0x80 {
+            out.push((z as u8) | 0x80);
+            z >>= 7;
+        }
+        out.push(z as u8);
+        out
+    };
+    let mut out: Vec<Vec<u8>> = [i32::MAX, i32::MIN, -2, -1, 1 << 20, 100_000]
+        .into_iter()
+        .map(zigzag)
+        .collect();
+    out.push(vec![0xff; 10]);
+    out
+}
+
+/// The length of the varint at the start of `data` (at least one byte, at most ten).
+fn varint_len(data: &[u8]) -> usize {
+    data.iter()
+        .take(10)
+        .position(|b| b & 0x80 == 0)
+        .map_or(data.len().clamp(1, 10), |i| i + 1)
+}
+
+/// Every varint position of a batch's records section (record length, key and value lengths,
+/// header count, header key and value lengths, among others) replaced by a hostile value, then
+/// the section compressed again and the batch reframed with a valid length and CRC.
+#[test]
+fn record_lengths_that_lie_are_accounted() -> Result<()> {
+    let mut rng = StdRng::seed_from_u64(0x7a11);
+    let varints = hostile_varints();
+    for case in 0..25 {
+        let n = rng.random_range(1..5);
+        let shape = Shape {
+            max_batches: 1,
+            max_records: 4,
+            ..HOSTILE_HEADERS
+        };
+        let records: Vec<RawRecordSpec> = batches::stream(&mut rng, shape)?
+            .batches
+            .into_iter()
+            .flat_map(|b| b.records)
+            .take(n)
+            .collect();
+        // Small values, so the section stays short and every position is tried.
+        let records: Vec<RawRecordSpec> = records
+            .into_iter()
+            .map(|mut r| {
+                r.key = r.key.map(|k| k.into_iter().take(6).collect());
+                r.value = r.value.map(|v| v.into_iter().take(6).collect());
+                r
+            })
+            .collect();
+        let plain = encode_batch(0, &records, RawCompression::None)?;
+        let (header, section) = plain.split_at(HEADER_LEN);
+        let codec = CODECS[case % CODECS.len()];
+        let count = i64::try_from(records.len())?;
+        let fetch = Fetch {
+            first: 0,
+            last: count + 2,
+            max_batch_bytes: 64 << 10,
+            budget: usize::MAX,
+        };
+        for at in 0..section.len() {
+            for v in &varints {
+                let mut lying = section[..at].to_vec();
+                lying.extend_from_slice(v);
+                lying.extend_from_slice(&section[at + varint_len(&section[at..])..]);
+                let batch = batches::reframe(header, &lying, codec)?;
+                let what = format!("{codec:?} section byte {at} = {v:02x?}");
+                fetch.decode(&what, &batch)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A small compressed section that inflates far past the batch cap, alone and between good
+/// batches, under a small and a large cap: its offsets are undecodable or released, never
+/// delivered, and inflating it never reserves more than the cap.
+#[test]
+fn compression_bombs_stay_under_the_cap() -> Result<()> {
+    let mut rng = StdRng::seed_from_u64(0xb0b);
+    let good = [RawRecordSpec::value("good")];
+    // Powers of two and not: a buffer that doubles overshoots a cap that is not one.
+    for cap in [64 << 10, 768 << 10, 1 << 20] {
+        let bomb = [RawRecordSpec::value(vec![0u8; cap * 3])];
+        for codec in &CODECS[1..] {
+            let bomb = batches::encode(0, &bomb, *codec)?;
+            let good = batches::encode(0, &good, *codec)?;
+            ensure!(
+                bomb.len() < cap / 4,
+                "{codec:?}: the bomb is not small: {} bytes",
+                bomb.len()
+            );
+            for case in 0..4 {
+                let position = rng.random_range(0..3);
+                let mut data = Vec::new();
+                for i in 0..3i64 {
+                    let mut batch = if i == position { &bomb } else { &good }.clone();
+                    // The base offset is not covered by the CRC.
+                    overwrite(&mut batch, 0, i.to_be_bytes());
+                    data.extend_from_slice(&batch);
+                }
+                let fetch = Fetch {
+                    first: 0,
+                    last: 2,
+                    max_batch_bytes: cap,
+                    budget: rng.random_range(cap..4 * cap),
+                };
+                let what = format!("{codec:?} bomb at {position} under {cap} ({case})");
+                let d = fetch.decode(&what, &data)?.summary();
+                ensure!(
+                    !d.records.contains(&position),
+                    "{what}: the bomb was delivered"
+                );
+                let released = |o: i64| d.releases.iter().any(|&(a, b)| a <= o && o <= b);
+                ensure!(
+                    (0..3).all(|o| o == position || d.records.contains(&o) || released(o)),
+                    "{what}: a good neighbour was lost: {d:?}"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A batch of many tiny records of which only a few are acquired (what a fetch in record-limit
+/// mode gets from a batch of small records): what is not acquired is never held.
+#[test]
+fn many_small_records_few_acquired() -> Result<()> {
+    let tiny: Vec<RawRecordSpec> = (0..20_000).map(|_| RawRecordSpec::default()).collect();
+    for codec in CODECS {
+        let data = batches::encode(0, &tiny, codec)?;
+        for (first, last) in [(0, 0), (10_000, 10_009), (19_990, 19_999)] {
+            let fetch = Fetch {
+                first,
+                last,
+                max_batch_bytes: 1 << 20,
+                budget: 1 << 20,
+            };
+            let what = format!("{codec:?}: 20,000 tiny records, {first}..={last} acquired");
+            let d = fetch.decode(&what, &data)?.summary();
+            ensure!(
+                d.records == (first..=last).collect::<Vec<_>>(),
+                "{what}: {d:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Random bytes, and random bytes after a valid batch header, as a partition's records.
+#[test]
+fn random_bytes_as_records_are_accounted() -> Result<()> {
+    let mut rng = StdRng::seed_from_u64(0x4a4d);
+    let header = encode_batch(5, &[RawRecordSpec::value("x")], RawCompression::None)?;
+    for case in 0..4_000 {
+        let len = rng.random_range(0..400);
+        let mut data: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+        if case % 2 == 1 {
+            let mut framed = header[..HEADER_LEN].to_vec();
+            framed.append(&mut data);
+            let length = i32::try_from(framed.len() - 12)?;
+            framed[8..12].copy_from_slice(&length.to_be_bytes());
+            batches::fix_crc(&mut framed);
+            data = framed;
+        }
+        let fetch = Fetch {
+            first: rng.random_range(0..10),
+            last: rng.random_range(10..200),
+            max_batch_bytes: 16 << 10,
+            budget: 32 << 10,
+        };
+        fetch.decode(&format!("random records {case}"), &data)?;
+    }
+    Ok(())
+}
+
+/// One response decoder by name, and a sampler for it.
+fn decoders() -> Result<Vec<(&'static str, fn(Bytes) -> bool, responses::Sampler)>> {
+    let samplers = responses::samplers();
+    let decoders = response_decoders();
+    let mut out = Vec::new();
+    for (name, decode) in &decoders {
+        let sample = samplers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, s)| *s)
+            .with_context(|| format!("no sampler for the {name} decoder"))?;
+        out.push((*name, *decode, sample));
+    }
+    for (name, _) in &samplers {
+        ensure!(
+            decoders.iter().any(|(n, _)| n == name),
+            "a sampler for {name}, which has no decoder"
+        );
+    }
+    Ok(out)
+}
+
+/// Decodes `input` with `decode` under [`response_limit`]; `true` when it decoded.
+fn decode_response(api: &str, decode: fn(Bytes) -> bool, what: &str, input: &[u8]) -> Result<bool> {
+    let bytes = Bytes::copy_from_slice(input);
+    bounded(
+        &format!("{api}: {what}"),
+        input,
+        response_limit(api, input.len()),
+        || decode(bytes),
+    )
+}
+
+/// Valid samples of every response, small and large: each decodes, within the bound.
+#[test]
+fn valid_responses_decode() -> Result<()> {
+    let mut rng = StdRng::seed_from_u64(0x5a3e);
+    for (api, decode, sample) in decoders()? {
+        for case in 0..60 {
+            let scale = if case % 10 == 9 { 40 } else { 4 };
+            let input = sample(&mut Gen {
+                rng: &mut rng,
+                scale,
+            })?;
+            ensure!(
+                decode_response(api, decode, &format!("valid {case}"), &input)?,
+                "{api}: a valid sample did not decode"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Valid samples cut at every length.
+#[test]
+fn truncated_responses_never_panic() -> Result<()> {
+    let mut rng = StdRng::seed_from_u64(0x7c);
+    for (api, decode, sample) in decoders()? {
+        for _ in 0..6 {
+            let input = sample(&mut Gen {
+                rng: &mut rng,
+                scale: 3,
+            })?;
+            for cut in 0..input.len() {
+                decode_response(api, decode, &format!("cut at {cut}"), &input[..cut])?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Valid samples with random bytes changed, and int32 fields overwritten with extreme values.
+#[test]
+fn mutated_responses_never_panic() -> Result<()> {
+    let mut rng = StdRng::seed_from_u64(0x3e5);
+    for (api, decode, sample) in decoders()? {
+        for case in 0..1_500 {
+            let mut input = sample(&mut Gen {
+                rng: &mut rng,
+                scale: 4,
+            })?;
+            if input.is_empty() {
+                continue;
+            }
+            if case % 3 == 0 {
+                let at = rng.random_range(0..input.len());
+                let v = [i32::MAX, i32::MIN, -1, 0][rng.random_range(0..4)];
+                overwrite(&mut input, at, v.to_be_bytes());
+            } else {
+                for _ in 0..rng.random_range(1..5) {
+                    let i = rng.random_range(0..input.len());
+                    input[i] = rng.random();
+                }
+            }
+            decode_response(api, decode, &format!("mutation {case}"), &input)?;
+        }
+    }
+    Ok(())
+}
+
+/// Unsigned varints of lengths and counts no response can hold, or that `remaining` bytes after
+/// the varint just hold.
+fn huge_uvarints(remaining: usize) -> Vec<Vec<u8>> {
+    let remaining = u32::try_from(remaining).unwrap_or(u32::MAX);
+    let mut claims = vec![
+        u32::MAX,
+        u32::MAX - 1,
+        i32::MAX as u32,
+        remaining.saturating_add(2),
+        remaining.saturating_mul(2),
+    ];
+    // Counts the bytes left could just hold, for every smallest element size a decoder checks
+    // against: these pass the check and reserve the most (a compact count is one more than the
+    // count).
+    claims.extend((1..=28).map(|min| remaining / min + 1));
+    claims
+        .into_iter()
+        .map(|mut v| {
+            let mut out = Vec::new();
+            while v >= 0x80 {
+                out.push((v as u8 & 0x7f) | 0x80);
+                v >>= 7;
+            }
+            out.push(v as u8);
+            out
+        })
+        .collect()
+}
+
+/// Every varint position of valid samples (array counts and string lengths among them) replaced
+/// by a huge value, or by the largest count the bytes left could hold.
+#[test]
+fn responses_with_huge_lengths_never_over_allocate() -> Result<()> {
+    let mut rng = StdRng::seed_from_u64(0x1a26e);
+    for (api, decode, sample) in decoders()? {
+        for _ in 0..4 {
+            let input = sample(&mut Gen {
+                rng: &mut rng,
+                scale: 3,
+            })?;
+            for at in 0..input.len() {
+                let (head, rest) = input.split_at(at);
+                let after = &rest[varint_len(rest).min(5)..];
+                for v in huge_uvarints(after.len()) {
+                    let lying = [head, &v, after].concat();
+                    decode_response(api, decode, &format!("uvarint at {at} = {v:02x?}"), &lying)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Random bytes into every response decoder.
+#[test]
+fn random_responses_never_panic() -> Result<()> {
+    let mut rng = StdRng::seed_from_u64(0xfa2d);
+    for (api, decode, _) in decoders()? {
+        for case in 0..3_000 {
+            let len = rng.random_range(0..300);
+            let input: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+            decode_response(api, decode, &format!("random {case}"), &input)?;
+        }
+    }
+    Ok(())
+}
+
+/// The bound is not vacuous: a decoder that reserves the length its input claims is caught by
+/// the very check every decode above goes through.
+#[test]
+fn a_decoder_that_trusts_a_claimed_length_is_caught() -> Result<()> {
+    fn naive(mut b: Bytes) -> bool {
+        use bytes::Buf;
+        if b.remaining() < 4 {
+            return false;
+        }
+        let claimed = b.get_u32() as usize;
+        let mut out: Vec<u8> = Vec::with_capacity(claimed);
+        out.extend_from_slice(&b);
+        std::hint::black_box(out).len() == claimed
+    }
+    let mut input = (64u32 << 20).to_be_bytes().to_vec();
+    input.extend_from_slice(b"twelve bytes");
+    let err = decode_response("Naive", naive, "claims 64 MiB", &input)
+        .err()
+        .context("a 64 MiB reservation for 16 bytes passed the check")?;
+    ensure!(format!("{err}").contains("single allocation"), "{err}");
+    // And the same over the records check: a claimed length within bounds passes.
+    let ok = bounded("small", &input, records_limit(input.len(), 0, 0), || {
+        Vec::<u8>::with_capacity(input.len())
+    })?;
+    ensure!(ok.capacity() >= input.len());
+    Ok(())
+}
