@@ -84,6 +84,8 @@ pub(crate) struct Batch {
     /// Where the batch starts in the stream.
     pub(crate) at: usize,
     pub(crate) len: usize,
+    /// The size of its records section uncompressed: what it inflates to.
+    pub(crate) inflated: usize,
 }
 
 /// Batches back to back, as one partition of a fetch response holds them.
@@ -200,6 +202,7 @@ pub(crate) fn stream(rng: &mut StdRng, shape: Shape) -> Result<Stream> {
         let codec = CODECS[rng.random_range(0..CODECS.len())];
         let control = rng.random_ratio(1, 8);
         let mut encoded = encode(offset, &records, codec).context("encoding a batch")?;
+        let inflated = encode_batch(offset, &records, RawCompression::None)?.len() - HEADER_LEN;
         if control {
             make_control(&mut encoded);
         }
@@ -210,6 +213,7 @@ pub(crate) fn stream(rng: &mut StdRng, shape: Shape) -> Result<Stream> {
             control,
             at: out.len(),
             len: encoded.len(),
+            inflated,
         });
         out.extend_from_slice(&encoded);
         // An empty batch still holds its base offset (last offset delta 0).
