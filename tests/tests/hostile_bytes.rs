@@ -3,7 +3,7 @@
 //! about lengths, inflating past their caps, and random. Needs no broker.
 //!
 //! A counting global allocator measures each decode: no single allocation may exceed what the
-//! input justifies (see [`records_limit`] and [`response_limit`]), so a length taken from the
+//! input justifies (see [`bound`]), so a length taken from the
 //! wire and reserved before the bytes are checked fails here even when it would not crash.
 //!
 //! Inputs come from `rand`'s `StdRng` with fixed seeds, not proptest: the same cases run on every
@@ -14,134 +14,30 @@
 
 #[path = "hostile_bytes/batches.rs"]
 mod batches;
+#[path = "hostile_bytes/bound.rs"]
+mod bound;
+#[path = "hostile_bytes/response_cases.rs"]
+mod response_cases;
 #[path = "hostile_bytes/responses.rs"]
 mod responses;
 
 use std::collections::BTreeSet;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use alloc_probe::{CountingAllocator, Measurement, measure};
+use alloc_probe::CountingAllocator;
 use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use worker_core::kafka::test_util::{
-    DecodedPartition, DecodedRecords, Decoder, RawCompression, RawRecordSpec, decode_partition,
-    encode_batch, response_decoders,
+    DecodedPartition, DecodedRecords, RawCompression, RawRecordSpec, decode_partition, encode_batch,
 };
 
 use batches::{CODECS, Fate, HEADER_LEN, Shape, Stream};
-use responses::Gen;
+use bound::{bounded, failure, records_limit};
+use response_cases::{Api, apis};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
-
-/// Allocations any decode may make whatever its input: error messages naming what was wrong,
-/// an `Arc`'d reason, small vectors.
-const SLACK: usize = 4 << 10;
-
-/// The largest buffer a decompressor allocates whatever its input: zstd's input buffer,
-/// `ZSTD_DStreamInSize()` = 128 KiB + 3 (miniz_oxide's inflate state is about 43 KB, lz4's
-/// buffer 32 KiB). zstd's window and lz4's blocks come from C `malloc`, which this allocator does
-/// not see: those are bounded by the window cap in `inflate.rs` and lz4's 4 MiB block maximum.
-const DECOMPRESSOR: usize = (128 << 10) + 3;
-
-/// Bytes of bookkeeping per acquired offset: each becomes one delivery (offset, timestamp, key,
-/// value, headers, delivery count and an optional reason: 120 bytes) in a vector that grows by
-/// doubling.
-const PER_ACQUIRED_OFFSET: usize = 2 * 120;
-
-/// The most one allocation may take while decoding `input_len` bytes of one partition with
-/// `acquired` offsets acquired and a batch cap of `max_batch_bytes`: records and their fields are
-/// slices of the input or of one inflated batch (at most the cap), and only acquired records are
-/// held (one delivery each).
-fn records_limit(input_len: usize, max_batch_bytes: usize, acquired: usize) -> usize {
-    input_len + max_batch_bytes + acquired * PER_ACQUIRED_OFFSET + DECOMPRESSOR + SLACK
-}
-
-/// The most one allocation may take while decoding a response of `input_len` bytes with a
-/// decoder of expansion `expansion`: these decoders have no caps, and an element's decoded form
-/// may be larger than its smallest encoding (see [`expansion`]).
-fn response_limit(expansion: usize, input_len: usize) -> usize {
-    input_len * expansion + SLACK
-}
-
-/// The most bytes of one vector or map the decoder `api` builds per byte of input (64-bit
-/// targets): the size of its largest element over that element's smallest encoding, which is
-/// what the decoder checks a count against before reserving. Doubled where the vector grows by
-/// doubling or is a hash map (whose table is rounded up to a power of two at 7/8 load). `None`
-/// for a decoder nobody has worked this out for yet.
-fn expansion(api: &str) -> Option<usize> {
-    Some(match api {
-        // A subscribed topic name: a 24-byte `String` from a 1-byte empty compact string.
-        "ShareGroupDescribe" => 24,
-        // A group: 80 bytes (id, offsets, error) from 6.
-        "DescribeShareGroupOffsets v0" | "DescribeShareGroupOffsets v1" => 14,
-        // A resource result: 80 bytes from 7.
-        "DescribeConfigs" => 12,
-        // A resource: 56 bytes from 6.
-        "IncrementalAlterConfigs" => 10,
-        // The broker map: (i32, String) entries of 32 bytes from 11, in a table up to 2.3 times
-        // the count.
-        "Metadata" => 7,
-        // A partition: 120 bytes from 22.
-        "ShareFetch" => 6,
-        // A topic result: 72 bytes from 12 (v5; 28 from v7).
-        "CreateTopics v5" => 6,
-        "CreateTopics v7" => 3,
-        // A partition: 56 bytes from 27, in a vector reserved per topic (doubling).
-        "ListOffsets" => 5,
-        // Partitions: 40 bytes from 16; topics 40 from 18; partition lists 4 from 4, doubling.
-        "ShareAcknowledge" | "ShareGroupHeartbeat" => 3,
-        // The version map: 6-byte entries from 7, in a table up to 2.3 times the count.
-        "ApiVersions" => 3,
-        // Strings only: "host:port" is formatted into a string that grows by doubling.
-        "FindCoordinator" => 2,
-        _ => return None,
-    })
-}
-
-/// What went wrong with one input: a panic or an allocation beyond the limit. Carries the input.
-fn failure(what: &str, input: &[u8], why: &str) -> anyhow::Error {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("hostile_bytes");
-    let name: String = what
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    let file = dir.join(format!("{name}-{:08x}.bin", crc32c::crc32c(input)));
-    let saved = std::fs::create_dir_all(&dir)
-        .and_then(|()| std::fs::write(&file, input))
-        .map_or_else(
-            |e| format!("not saved: {e}"),
-            |()| file.display().to_string(),
-        );
-    let shown = input.len().min(512);
-    let hex: String = input[..shown].iter().map(|b| format!("{b:02x}")).collect();
-    anyhow::anyhow!(
-        "{what}: {why}\ninput ({} bytes, saved to {saved}), first {shown} bytes:\n{hex}",
-        input.len()
-    )
-}
-
-/// Runs `decode` on `input` under the counting allocator: a panic or a single allocation over
-/// `limit` is an error naming `what` and carrying the input.
-fn bounded<T>(what: &str, input: &[u8], limit: usize, decode: impl FnOnce() -> T) -> Result<T> {
-    let (value, m): (T, Measurement) = match catch_unwind(AssertUnwindSafe(|| measure(decode))) {
-        Ok(done) => done,
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("(no message)");
-            return Err(failure(what, input, &format!("panicked: {message}")));
-        }
-    };
-    if let Err(overrun) = m.check_largest(limit) {
-        return Err(failure(what, input, &overrun.to_string()));
-    }
-    Ok(value)
-}
 
 /// One partition's decode: `data` with `first..=last` acquired, under [`records_limit`].
 #[derive(Debug, Clone, Copy)]
@@ -587,193 +483,6 @@ fn random_bytes_as_records_are_accounted() -> Result<()> {
             budget: 32 << 10,
         };
         fetch.decode(&format!("random records {case}"), &data)?;
-    }
-    Ok(())
-}
-
-/// A response decoder by name, a sampler of valid inputs for it and its [`expansion`].
-#[derive(Clone, Copy)]
-struct Api {
-    name: &'static str,
-    decode: Decoder,
-    sample: responses::Sampler,
-    expansion: usize,
-}
-
-impl Api {
-    /// Decodes `input` under [`response_limit`]; `true` when it decoded.
-    fn decode(&self, what: &str, input: &[u8]) -> Result<bool> {
-        let bytes = Bytes::copy_from_slice(input);
-        let limit = response_limit(self.expansion, input.len());
-        bounded(&format!("{}: {what}", self.name), input, limit, || {
-            (self.decode)(bytes)
-        })
-    }
-
-    /// A valid response with arrays of up to `scale` elements.
-    fn sample(&self, rng: &mut StdRng, scale: usize) -> Result<Vec<u8>> {
-        (self.sample)(&mut Gen { rng, scale })
-    }
-}
-
-/// Every response decoder with its sampler and expansion: a decoder without both fails.
-fn apis() -> Result<Vec<Api>> {
-    let samplers = responses::samplers();
-    let decoders = response_decoders();
-    let mut out = Vec::new();
-    for (name, decode) in &decoders {
-        let sample = samplers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, s)| *s)
-            .with_context(|| format!("no sampler for the {name} decoder"))?;
-        let expansion =
-            expansion(name).with_context(|| format!("no expansion for the {name} decoder"))?;
-        out.push(Api {
-            name,
-            decode: *decode,
-            sample,
-            expansion,
-        });
-    }
-    for (name, _) in &samplers {
-        ensure!(
-            decoders.iter().any(|(n, _)| n == name),
-            "a sampler for {name}, which has no decoder"
-        );
-    }
-    Ok(out)
-}
-
-/// Valid samples of every response, small and large: each decodes, within the bound.
-#[test]
-fn valid_responses_decode() -> Result<()> {
-    let mut rng = StdRng::seed_from_u64(0x5a3e);
-    for api in apis()? {
-        for case in 0..40 {
-            let scale = if case % 10 == 9 { 12 } else { 4 };
-            let input = api.sample(&mut rng, scale)?;
-            ensure!(
-                api.decode(&format!("valid {case}"), &input)?,
-                "{}: a valid sample did not decode",
-                api.name
-            );
-        }
-    }
-    Ok(())
-}
-
-/// Valid samples cut at every length.
-#[test]
-fn truncated_responses_never_panic() -> Result<()> {
-    let mut rng = StdRng::seed_from_u64(0x7c);
-    for api in apis()? {
-        for _ in 0..20 {
-            let input = api.sample(&mut rng, 3)?;
-            for cut in 0..input.len() {
-                api.decode(&format!("cut at {cut}"), &input[..cut])?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Valid samples with random bytes changed, and int32 fields overwritten with extreme values.
-#[test]
-fn mutated_responses_never_panic() -> Result<()> {
-    let mut rng = StdRng::seed_from_u64(0x3e5);
-    for api in apis()? {
-        for n in 0..40 {
-            let valid = api.sample(&mut rng, 4)?;
-            ensure!(!valid.is_empty(), "{}: an empty sample", api.name);
-            for case in 0..150 {
-                let mut input = valid.clone();
-                if case % 3 == 0 {
-                    let at = rng.random_range(0..input.len());
-                    let v = [i32::MAX, i32::MIN, -1, 0][rng.random_range(0..4)];
-                    overwrite(&mut input, at, v.to_be_bytes());
-                } else {
-                    for _ in 0..rng.random_range(1..5) {
-                        let i = rng.random_range(0..input.len());
-                        input[i] = rng.random();
-                    }
-                }
-                api.decode(&format!("sample {n} mutation {case}"), &input)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Unsigned varints of lengths and counts no response can hold, or that `remaining` bytes after
-/// the varint just hold.
-fn huge_uvarints(remaining: usize) -> Vec<Vec<u8>> {
-    let remaining = u32::try_from(remaining).unwrap_or(u32::MAX);
-    let mut claims = vec![
-        u32::MAX,
-        u32::MAX - 1,
-        i32::MAX as u32,
-        remaining.saturating_add(2),
-        remaining.saturating_mul(2),
-    ];
-    // Counts the bytes left could just hold, for every smallest element size a decoder checks
-    // against: these pass the check and reserve the most (a compact count is one more than the
-    // count).
-    claims.extend((1..=28).map(|min| remaining / min + 1));
-    claims
-        .into_iter()
-        .map(|mut v| {
-            let mut out = Vec::new();
-            while v >= 0x80 {
-                out.push((v as u8 & 0x7f) | 0x80);
-                v >>= 7;
-            }
-            out.push(v as u8);
-            out
-        })
-        .collect()
-}
-
-/// Every varint position of small valid samples (array counts and string lengths among them),
-/// and the first and random positions of large ones (where the bound is not lost in [`SLACK`]),
-/// replaced by a huge value or by the largest count the bytes left could hold.
-#[test]
-fn responses_with_huge_lengths_never_over_allocate() -> Result<()> {
-    let mut rng = StdRng::seed_from_u64(0x1a26e);
-    for api in apis()? {
-        for round in 0..5 {
-            let large = round >= 3;
-            let input = api.sample(&mut rng, if large { 8 } else { 3 })?;
-            let positions: Vec<usize> = if large {
-                // The first bytes hold the top-level counts, which may claim the whole input.
-                let random = (0..40).map(|_| rng.random_range(0..input.len()));
-                (0..input.len().min(64)).chain(random).collect()
-            } else {
-                (0..input.len()).collect()
-            };
-            for at in positions {
-                let (head, rest) = input.split_at(at);
-                let after = &rest[varint_len(rest).min(5)..];
-                for v in huge_uvarints(after.len()) {
-                    let lying = [head, &v, after].concat();
-                    api.decode(&format!("uvarint at {at} = {v:02x?}"), &lying)?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Random bytes into every response decoder.
-#[test]
-fn random_responses_never_panic() -> Result<()> {
-    let mut rng = StdRng::seed_from_u64(0xfa2d);
-    for api in apis()? {
-        for case in 0..3_000 {
-            let len = rng.random_range(0..300);
-            let input: Vec<u8> = (0..len).map(|_| rng.random()).collect();
-            api.decode(&format!("random {case}"), &input)?;
-        }
     }
     Ok(())
 }
