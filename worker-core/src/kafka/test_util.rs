@@ -13,6 +13,7 @@ use super::codec::{self, AcquiredRange};
 use super::connection::{self, ConnectOptions};
 use super::records::{self, InflateBudget, InflateLimits};
 use super::{admin, messages};
+use crate::source::Header;
 use crate::{Error, ErrorKind, Result};
 
 pub use super::records::encode::{RawCompression, RawHeader, RawRecordSpec, encode_batch};
@@ -101,6 +102,76 @@ pub struct DecodedRecords {
     pub releases: Vec<(i64, i64)>,
 }
 
+/// One decoded record's fields, as a handler would see them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordFields {
+    /// The record's offset.
+    pub offset: i64,
+    /// The key, `None` for null.
+    pub key: Option<Bytes>,
+    /// The value, `None` for null.
+    pub value: Option<Bytes>,
+    /// The headers, in order.
+    pub headers: Vec<Header>,
+}
+
+/// One share-fetch partition as the client decodes it, unconverted: a test can measure
+/// [`decode_partition`] alone and inspect the result afterwards.
+#[derive(Debug)]
+pub struct DecodedPartition(records::PartitionRecords);
+
+impl DecodedPartition {
+    /// The offsets: delivered, undecodable, gaps and releases.
+    pub fn summary(&self) -> DecodedRecords {
+        let out = &self.0;
+        let (undecodable, records): (Vec<_>, Vec<_>) =
+            out.records.iter().partition(|r| r.undecodable.is_some());
+        DecodedRecords {
+            records: records.iter().map(|r| r.offset).collect(),
+            undecodable: undecodable.iter().map(|r| r.offset).collect(),
+            gaps: out.gaps.clone(),
+            releases: out.releases.clone(),
+        }
+    }
+
+    /// The records delivered as decoded (not undecodable), in offset order.
+    pub fn records(&self) -> Vec<RecordFields> {
+        self.0
+            .records
+            .iter()
+            .filter(|r| r.undecodable.is_none())
+            .map(|r| RecordFields {
+                offset: r.offset,
+                key: r.key.clone(),
+                value: r.value.clone(),
+                headers: r.headers.clone(),
+            })
+            .collect()
+    }
+}
+
+/// Decodes `data` as one share-fetch partition with offsets `first..=last` acquired, a batch cap
+/// of `max_batch_bytes` and a response budget of `budget` bytes, as the client does.
+pub fn decode_partition(
+    data: Bytes,
+    first: i64,
+    last: i64,
+    max_batch_bytes: usize,
+    budget: usize,
+) -> DecodedPartition {
+    let (ranges, _) = records::acquired::normalise(&[AcquiredRange {
+        first,
+        last,
+        delivery_count: 1,
+    }]);
+    DecodedPartition(records::decode_partition(
+        Some(data),
+        &ranges,
+        InflateLimits { max_batch_bytes },
+        &mut InflateBudget::new(budget),
+    ))
+}
+
 /// Decodes `data` as one share-fetch partition with offsets `first..=last` acquired, a batch cap
 /// of `max_batch_bytes` and a response budget of `budget` bytes.
 pub fn decode_records(
@@ -110,25 +181,7 @@ pub fn decode_records(
     max_batch_bytes: usize,
     budget: usize,
 ) -> DecodedRecords {
-    let (ranges, _) = records::acquired::normalise(&[AcquiredRange {
-        first,
-        last,
-        delivery_count: 1,
-    }]);
-    let out = records::decode_partition(
-        Some(data),
-        &ranges,
-        InflateLimits { max_batch_bytes },
-        &mut InflateBudget::new(budget),
-    );
-    let (undecodable, records): (Vec<_>, Vec<_>) =
-        out.records.iter().partition(|r| r.undecodable.is_some());
-    DecodedRecords {
-        records: records.iter().map(|r| r.offset).collect(),
-        undecodable: undecodable.iter().map(|r| r.offset).collect(),
-        gaps: out.gaps,
-        releases: out.releases,
-    }
+    decode_partition(data, first, last, max_batch_bytes, budget).summary()
 }
 
 /// A decoder of one response type, by name: `true` when the bytes decoded.

@@ -182,39 +182,45 @@ fn nullable_bytes(buf: &mut Bytes, what: &str) -> Result<Option<Bytes>, String> 
     Ok(Some(buf.split_to(len)))
 }
 
-/// Decodes every record of a batch whose records section (inflated) is `data`. An error means the
+/// Decodes every record of a batch whose records section (inflated) is `data` and returns those
+/// whose offset `keep` accepts: every record is checked, only the kept ones are held, so a batch
+/// of many small records of which few were acquired costs memory for the few. An error means the
 /// records do not frame (lengths, counts, offsets): the batch as a whole is bad. A field that
 /// does not decode inside a well-framed record (a header key that is not UTF-8, a null header key)
 /// only marks that record.
-pub(crate) fn records(header: &BatchHeader, mut data: Bytes) -> Result<Vec<RawRecord>, String> {
+pub(crate) fn records(
+    header: &BatchHeader,
+    mut data: Bytes,
+    keep: impl Fn(i64) -> bool,
+) -> Result<Vec<RawRecord>, String> {
     let mut out = Vec::new();
+    let mut seen = 0usize;
     let log_append = header.attributes & LOG_APPEND_TIME != 0;
     while data.has_remaining() {
         let mut whole = data.clone();
-        let len = varint(&mut data).map_err(|e| format!("record {}: {e}", out.len()))?;
+        let len = varint(&mut data).map_err(|e| format!("record {seen}: {e}"))?;
         let len = usize::try_from(len)
             .ok()
             .filter(|len| *len <= data.remaining())
             .ok_or_else(|| {
                 format!(
-                    "record {} claims {len} bytes with {} left",
-                    out.len(),
+                    "record {seen} claims {len} bytes with {} left",
                     data.remaining()
                 )
             })?;
         let prefix = whole.remaining() - data.remaining();
         let raw = whole.split_to(prefix + len);
         let body = data.split_to(len);
-        out.push(
-            record(header, body, raw, log_append)
-                .map_err(|e| format!("record {}: {e}", out.len()))?,
-        );
+        let r = record(header, body, raw, log_append).map_err(|e| format!("record {seen}: {e}"))?;
+        seen += 1;
+        if keep(r.offset) {
+            out.push(r);
+        }
     }
     let claimed = header.record_count;
-    if usize::try_from(claimed).ok() != Some(out.len()) {
+    if usize::try_from(claimed).ok() != Some(seen) {
         return Err(format!(
-            "the batch says {claimed} records, its bytes hold {}",
-            out.len()
+            "the batch says {claimed} records, its bytes hold {seen}"
         ));
     }
     Ok(out)

@@ -129,16 +129,21 @@ fn zstd_decoder(data: &Bytes, window_log: u32) -> Result<impl Read + '_, Inflate
     Ok(decoder)
 }
 
+/// Reads at most `limit` bytes (one more tells that there are more). The buffer's allocation grows
+/// by doubling but never past `limit + 1` (`read_to_end` would double it to twice the cap), and
+/// only the chunk being read is zeroed, so what is resident is what was inflated.
 fn bounded_read(mut reader: impl Read, limit: usize, what: &str) -> Result<Bytes, Inflate> {
-    let mut out = Vec::new();
-    loop {
-        // Zero only the next chunk past what was read: `read_to_end` zeroes (and so makes
-        // resident) up to the whole spare capacity of a buffer that doubles as it grows.
+    let most = limit.saturating_add(1);
+    let mut out: Vec<u8> = Vec::new();
+    // Stop at `most` without asking the decoder for more: some fail on an empty buffer (zstd).
+    while out.len() < most {
         let start = out.len();
-        out.resize(
-            start + READ_CHUNK.min(limit.saturating_add(1).saturating_sub(start)),
-            0,
-        );
+        let chunk = READ_CHUNK.min(most - start);
+        if out.capacity() < start + chunk {
+            let grown = out.capacity().saturating_mul(2).max(start + chunk).min(most);
+            out.reserve_exact(grown - start);
+        }
+        out.resize(start + chunk, 0);
         let read = loop {
             match reader.read(&mut out[start..]) {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -149,12 +154,13 @@ fn bounded_read(mut reader: impl Read, limit: usize, what: &str) -> Result<Bytes
             read.map_err(|e| Inflate::Corrupt(format!("{what} decompression failed: {e}")))?;
         out.truncate(start + read);
         if read == 0 {
-            return Ok(Bytes::from(out));
-        }
-        if out.len() > limit {
-            return Err(Inflate::TooLarge);
+            break;
         }
     }
+    if out.len() > limit {
+        return Err(Inflate::TooLarge);
+    }
+    Ok(Bytes::from(out))
 }
 
 /// Snappy as Kafka writes it: the xerial framing (magic, then length-prefixed raw blocks), or one
@@ -169,6 +175,8 @@ fn snappy(input: &[u8], limit: usize) -> Result<Bytes, Inflate> {
             return Err(Inflate::TooLarge);
         }
         let start = out.len();
+        // Exactly what the block needs: `resize` alone may double the buffer past the limit.
+        out.reserve_exact(len);
         out.resize(start + len, 0);
         let written = snap::raw::Decoder::new()
             .decompress(block, &mut out[start..])

@@ -254,14 +254,14 @@ impl Walk {
             }
         };
         let inflated = data.len();
-        let mut records = match batch::records(header, data) {
+        let acquired = |offset| acquired::delivery_count(ranges, offset).is_some();
+        let mut records = match batch::records(header, data, acquired) {
             Ok(records) => records,
             Err(why) => {
                 self.bad(stretch, ranges, describe(&why));
                 return;
             }
         };
-        records.retain(|r| acquired::delivery_count(ranges, r.offset).is_some());
         // A few records kept out of a large inflated batch would pin all of it: copy them out.
         if codec != inflate::Codec::None && inflated >= COPY_OUT_MIN {
             let kept: usize = records.iter().map(batch::RawRecord::payload_len).sum();
