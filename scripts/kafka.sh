@@ -17,12 +17,12 @@
 #   scripts/kafka.sh status             say whether it runs and where
 #   scripts/kafka.sh logs               print the broker log
 #   scripts/kafka.sh tool CLASS ARGS... run a Kafka tool class on the broker's classpath
-#   scripts/kafka.sh env                print `export` lines for clients: eval "$(scripts/kafka.sh env)"
-#                                       (KAFKA_BOOTSTRAP, KAFKA_SASL_SSL_BOOTSTRAP, KAFKA_MTLS_BOOTSTRAP,
-#                                       KAFKA_TLS_CA_FILE, KAFKA_TLS_CERT_FILE, KAFKA_TLS_KEY_FILE,
-#                                       KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD, KAFKA_SASL_MECHANISMS,
-#                                       KAFKA_CLIENT_PROPERTIES: SASL_SSL + SCRAM-SHA-512 for Kafka's
-#                                       tools, KAFKA_MTLS_CLIENT_PROPERTIES: SSL + client certificate)
+#   scripts/kafka.sh env                print `export` lines: eval "$(scripts/kafka.sh env)" sets
+#       KAFKA_BOOTSTRAP, KAFKA_SASL_SSL_BOOTSTRAP, KAFKA_MTLS_BOOTSTRAP (host:port);
+#       KAFKA_TLS_CA_FILE, KAFKA_TLS_CERT_FILE, KAFKA_TLS_KEY_FILE (PEM; the client's key PKCS#8);
+#       KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD (PLAIN and SCRAM), KAFKA_SASL_MECHANISMS;
+#       KAFKA_CLIENT_PROPERTIES (SASL_SSL + SCRAM-SHA-512) and KAFKA_MTLS_CLIENT_PROPERTIES
+#       (SSL + the client certificate): properties files for Kafka's Java tools
 #
 # Environment: KAFKA_VERSION (default 4.2.2), KAFKA_PORT (default 9092), KAFKA_CONTROLLER_PORT
 # (default KAFKA_PORT + 1), KAFKA_SASL_SSL_PORT (default KAFKA_PORT + 2), KAFKA_MTLS_PORT (default
@@ -88,7 +88,7 @@ port_open() {
 # are rewritten each time.
 ensure_tls() {
   if [[ ! -f $tls/.complete ]]; then
-    command -v openssl >/dev/null || die "openssl is required to make the broker's test certificates"
+    command -v openssl >/dev/null || die "openssl is required to make the test certificates"
     local tmp=$tls.tmp.$$
     rm -rf "$tmp"
     mkdir -p "$tmp"
@@ -250,7 +250,8 @@ launch() {
   local p
   for p in "$port" "$controller_port" "$sasl_ssl_port" "$mtls_port"; do
     if port_open "$p"; then
-      die "something else already listens on 127.0.0.1:$p (set KAFKA_PORT to use other ports)"
+      die "something else already listens on 127.0.0.1:$p" \
+        "(set KAFKA_PORT, KAFKA_SASL_SSL_PORT or KAFKA_MTLS_PORT to use other ports)"
     fi
   done
   say "starting Kafka $version on $bootstrap, log in $logfile"
@@ -323,7 +324,7 @@ status() {
   local pid
   if pid=$(running_pid); then
     echo "running (pid $pid, Kafka $version) at $bootstrap"
-    echo "SASL_SSL at 127.0.0.1:$sasl_ssl_port, mutual TLS at 127.0.0.1:$mtls_port (scripts/kafka.sh env)"
+    echo "SASL_SSL at 127.0.0.1:$sasl_ssl_port, mutual TLS at 127.0.0.1:$mtls_port (kafka.sh env)"
   else
     echo "not running"
     return 1
