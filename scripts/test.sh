@@ -30,7 +30,11 @@ else
   step "starting Kafka"
   bash scripts/kafka.sh start
 fi
-export KAFKA_BOOTSTRAP=${KAFKA_BOOTSTRAP:-127.0.0.1:${KAFKA_PORT:-9092}}
+# The broker's listeners, certificates and SASL user for tests (`scripts/kafka.sh env`); a
+# KAFKA_BOOTSTRAP set by the caller wins.
+bootstrap=${KAFKA_BOOTSTRAP:-}
+eval "$(bash scripts/kafka.sh env)"
+export KAFKA_BOOTSTRAP=${bootstrap:-$KAFKA_BOOTSTRAP}
 
 step "cargo fmt --check"
 cargo fmt --all --check
