@@ -81,6 +81,19 @@ impl Gen<'_> {
         StrBytes::from_string(s)
     }
 
+    /// A topic name: 1 to 249 legal characters, the most Kafka allows (the decoders refuse
+    /// longer ones).
+    fn topic(&mut self) -> StrBytes {
+        let len = match self.rng.random_range(0..10) {
+            0 => 249,
+            _ => self.rng.random_range(1..40),
+        };
+        let s: String = (0..len)
+            .map(|_| char::from(self.rng.random_range(b'a'..=b'z')))
+            .collect();
+        StrBytes::from_string(s)
+    }
+
     fn maybe_text(&mut self) -> Option<StrBytes> {
         self.rng.random_bool(0.7).then(|| self.text())
     }
@@ -322,7 +335,7 @@ fn share_group_offsets(g: &mut Gen<'_>, version: i16) -> Result<Vec<u8>> {
         group.group_id = GroupId(g.text());
         group.topics = g.list(|g| {
             let mut t = offsets::DescribeShareGroupOffsetsResponseTopic::default();
-            t.topic_name = TopicName(g.text());
+            t.topic_name = TopicName(g.topic());
             t.topic_id = g.uuid();
             t.partitions = g.list(|g| {
                 let mut p = offsets::DescribeShareGroupOffsetsResponsePartition::default();
@@ -458,7 +471,7 @@ fn list_offsets(g: &mut Gen<'_>) -> Result<Vec<u8>> {
     resp.throttle_time_ms = g.i32();
     resp.topics = g.list(|g| {
         let mut t = list_offsets_response::ListOffsetsTopicResponse::default();
-        t.name = TopicName(g.text());
+        t.name = TopicName(g.topic());
         t.partitions = g.list(|g| {
             let mut p = list_offsets_response::ListOffsetsPartitionResponse::default();
             p.partition_index = g.i32();

@@ -12,7 +12,7 @@ use kafka_protocol::protocol::Encodable;
 use uuid::Uuid;
 
 use super::acks::AckBatch;
-use super::wire::{Reader, put_compact_len, put_compact_string, put_empty_tags};
+use super::wire::{Reader, capacity, put_compact_len, put_compact_string, put_empty_tags};
 use crate::{Error, ErrorKind, Result};
 
 /// API key of ShareFetch.
@@ -222,7 +222,7 @@ fn leader(r: &mut Reader) -> Result<i32> {
 
 fn endpoints(r: &mut Reader) -> Result<Vec<NodeEndpoint>> {
     let n = r.compact_array_len(11)?;
-    let mut out = Vec::with_capacity(n);
+    let mut out = Vec::with_capacity(capacity(n));
     for _ in 0..n {
         let node_id = r.i32()?;
         let host = r.compact_string()?;
@@ -244,11 +244,11 @@ fn topics<P>(
     part: impl Fn(&mut Reader) -> Result<P>,
 ) -> Result<Vec<(Uuid, Vec<P>)>> {
     let n = r.compact_array_len(18)?;
-    let mut out = Vec::with_capacity(n);
+    let mut out = Vec::with_capacity(capacity(n));
     for _ in 0..n {
         let topic_id = r.uuid()?;
         let np = r.compact_array_len(min)?;
-        let mut parts = Vec::with_capacity(np);
+        let mut parts = Vec::with_capacity(capacity(np));
         for _ in 0..np {
             parts.push(part(r)?);
         }
@@ -274,7 +274,7 @@ pub(crate) fn decode_share_fetch(body: Bytes) -> Result<ShareResponse<FetchedPar
         let leader_id = leader(r)?;
         let records = r.compact_nullable_bytes()?;
         let n = r.compact_array_len(19)?;
-        let mut acquired = Vec::with_capacity(n);
+        let mut acquired = Vec::with_capacity(capacity(n));
         for _ in 0..n {
             let first = r.i64()?;
             let last = r.i64()?;

@@ -10,7 +10,7 @@ use kafka_protocol::messages::ApiKey;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufStream};
 use tokio::net::TcpStream;
 
-use super::wire::{Reader, malformed, put_compact_string, put_empty_tags};
+use super::wire::{Reader, capacity, malformed, put_compact_string, put_empty_tags};
 use crate::{Error, ErrorKind, Result};
 
 /// API key of ApiVersions.
@@ -213,7 +213,7 @@ pub(crate) fn decode_api_versions(body: Bytes) -> Result<HashMap<i16, (i16, i16)
         ));
     }
     let n = r.compact_array_len(7)?;
-    let mut out = HashMap::with_capacity(n);
+    let mut out = HashMap::with_capacity(capacity(n));
     for _ in 0..n {
         let key = r.i16()?;
         let min = r.i16()?;

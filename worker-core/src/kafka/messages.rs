@@ -12,7 +12,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use uuid::Uuid;
 
-use super::wire::{Reader, put_compact_len, put_compact_string, put_empty_tags};
+use super::wire::{Reader, capacity, put_compact_len, put_compact_string, put_empty_tags};
 use crate::{Error, ErrorKind, Result};
 
 /// API key of Metadata.
@@ -78,7 +78,7 @@ pub(crate) fn decode_metadata(body: Bytes) -> Result<Metadata> {
     let mut r = Reader::new(body);
     let _throttle = r.i32()?;
     let n = r.compact_array_len(11)?;
-    let mut brokers = HashMap::with_capacity(n);
+    let mut brokers = HashMap::with_capacity(capacity(n));
     for _ in 0..n {
         let node = r.i32()?;
         let host = r.compact_string()?;
@@ -90,14 +90,14 @@ pub(crate) fn decode_metadata(body: Bytes) -> Result<Metadata> {
     let _cluster = r.compact_nullable_string()?;
     let _controller = r.i32()?;
     let n = r.compact_array_len(26)?;
-    let mut topics = Vec::with_capacity(n);
+    let mut topics = Vec::with_capacity(capacity(n));
     for _ in 0..n {
         let error_code = r.i16()?;
         let name = r.compact_nullable_string()?;
         let id = r.uuid()?;
         let _internal = r.bool()?;
         let np = r.compact_array_len(22)?;
-        let mut partitions = Vec::with_capacity(np);
+        let mut partitions = Vec::with_capacity(capacity(np));
         for _ in 0..np {
             let error_code = r.i16()?;
             let partition = r.i32()?;
@@ -212,7 +212,7 @@ pub(crate) fn decode_heartbeat(body: Bytes) -> Result<Heartbeat> {
     let interval_ms = r.i32()?;
     let assignment = if r.i8()? == 1 {
         let n = r.compact_array_len(18)?;
-        let mut topics = Vec::with_capacity(n);
+        let mut topics = Vec::with_capacity(capacity(n));
         for _ in 0..n {
             let id = r.uuid()?;
             let parts = r.compact_i32_array()?;

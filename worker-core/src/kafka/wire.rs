@@ -8,6 +8,19 @@ use uuid::Uuid;
 
 use crate::{Error, ErrorKind, Result};
 
+/// The most elements reserved ahead for an array whose count came from the wire: a count that
+/// the remaining bytes could hold may still be a lie, so collections grow as elements actually
+/// decode rather than trusting it.
+const MAX_PREALLOC: usize = 64;
+
+/// The longest topic name Kafka allows.
+const MAX_TOPIC_NAME: usize = 249;
+
+/// What to reserve for `count` elements named by the wire (see [`MAX_PREALLOC`]).
+pub(crate) fn capacity(count: usize) -> usize {
+    count.min(MAX_PREALLOC)
+}
+
 /// A protocol error for bytes that do not decode.
 pub(crate) fn malformed(what: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Protocol, format!("malformed response: {what}"))
@@ -98,6 +111,19 @@ impl Reader {
                     .map_err(|_| malformed("string is not UTF-8"))
             }
         }
+    }
+
+    /// A topic name: a compact string of at most 249 bytes, Kafka's limit. A response naming a
+    /// longer one lies, and copying such a name per partition would cost its length squared.
+    pub(crate) fn topic_name(&mut self) -> Result<String> {
+        let name = self.compact_string()?;
+        if name.len() > MAX_TOPIC_NAME {
+            return Err(malformed(format_args!(
+                "a topic name of {} bytes (at most {MAX_TOPIC_NAME})",
+                name.len()
+            )));
+        }
+        Ok(name)
     }
 
     /// A compact string that must not be null.
@@ -216,6 +242,21 @@ mod tests {
         put_uvarint(&mut buf, u32::MAX);
         let mut r = Reader::new(buf.freeze());
         assert!(r.compact_array_len(1).is_err());
+    }
+
+    #[test]
+    fn topic_names_longer_than_kafka_allows_are_errors() {
+        for (len, ok) in [(249, true), (250, false)] {
+            let mut buf = BytesMut::new();
+            put_compact_string(&mut buf, Some(&"t".repeat(len)));
+            assert_eq!(Reader::new(buf.freeze()).topic_name().is_ok(), ok, "{len}");
+        }
+    }
+
+    #[test]
+    fn counts_from_the_wire_reserve_little_ahead() {
+        assert_eq!(capacity(3), 3);
+        assert_eq!(capacity(1 << 30), MAX_PREALLOC);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use super::{
     Admin, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, RESOURCE_BROKER, RESOURCE_GROUP,
     broker_error, call, codes, encode, protocol_error,
 };
-use crate::kafka::wire::Reader;
+use crate::kafka::wire::{Reader, capacity};
 use crate::{Error, ErrorKind, Result};
 
 /// The group-level limit (Kafka 4.3+).
@@ -89,7 +89,7 @@ pub(crate) fn decode_describe_configs(body: Bytes) -> Result<Vec<ConfigResult>> 
     let _throttle = r.i32()?;
     // Result: error code, error message, resource type, resource name, configs, tags.
     let n = r.compact_array_len(7)?;
-    let mut results = Vec::with_capacity(n);
+    let mut results = Vec::with_capacity(capacity(n));
     for _ in 0..n {
         let error_code = r.i16()?;
         let error_message = r.compact_nullable_string()?;
@@ -97,7 +97,7 @@ pub(crate) fn decode_describe_configs(body: Bytes) -> Result<Vec<ConfigResult>> 
         let resource_name = r.compact_string()?;
         // Config: name, value, read-only, source, sensitive, synonyms, type, documentation, tags.
         let n = r.compact_array_len(9)?;
-        let mut configs = Vec::with_capacity(n);
+        let mut configs = Vec::with_capacity(capacity(n));
         for _ in 0..n {
             let name = r.compact_string()?;
             let value = r.compact_nullable_string()?;
@@ -151,7 +151,7 @@ pub(crate) fn decode_incremental_alter_configs(body: Bytes) -> Result<Vec<Altere
     let _throttle = r.i32()?;
     // Resource: error code, error message, resource type, resource name, tags.
     let n = r.compact_array_len(6)?;
-    let mut out = Vec::with_capacity(n);
+    let mut out = Vec::with_capacity(capacity(n));
     for _ in 0..n {
         let error_code = r.i16()?;
         let error_message = r.compact_nullable_string()?;

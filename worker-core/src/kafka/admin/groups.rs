@@ -13,7 +13,7 @@ use super::{
     Admin, DESCRIBE_SHARE_GROUP_OFFSETS, SHARE_GROUP_DESCRIBE, broker_error, call, codes, encode,
     protocol_error,
 };
-use crate::kafka::wire::Reader;
+use crate::kafka::wire::{Reader, capacity};
 use crate::{Error, ErrorKind, Result};
 
 /// A share group as ShareGroupDescribe reports it.
@@ -95,7 +95,7 @@ pub(crate) fn decode_share_group_describe(body: Bytes) -> Result<Vec<DescribedGr
     // Group: error code, error message, id, state, epoch, assignment epoch, assignor, members,
     // authorized operations, tags.
     let n = r.compact_array_len(20)?;
-    let mut groups = Vec::with_capacity(n);
+    let mut groups = Vec::with_capacity(capacity(n));
     for _ in 0..n {
         let error_code = r.i16()?;
         let error_message = r.compact_nullable_string()?;
@@ -107,7 +107,7 @@ pub(crate) fn decode_share_group_describe(body: Bytes) -> Result<Vec<DescribedGr
         // Member: id, rack, epoch, client id, host, subscribed topics, assignment (topics, tags),
         // tags.
         let n = r.compact_array_len(12)?;
-        let mut members = Vec::with_capacity(n);
+        let mut members = Vec::with_capacity(capacity(n));
         for _ in 0..n {
             let member_id = r.compact_string()?;
             let rack_id = r.compact_nullable_string()?;
@@ -115,13 +115,13 @@ pub(crate) fn decode_share_group_describe(body: Bytes) -> Result<Vec<DescribedGr
             let client_id = r.compact_string()?;
             let client_host = r.compact_string()?;
             let n = r.compact_array_len(1)?;
-            let mut subscribed_topics = Vec::with_capacity(n);
+            let mut subscribed_topics = Vec::with_capacity(capacity(n));
             for _ in 0..n {
                 subscribed_topics.push(r.compact_string()?);
             }
             // Assigned topic: id, name, partitions, tags.
             let n = r.compact_array_len(19)?;
-            let mut assignment = Vec::with_capacity(n);
+            let mut assignment = Vec::with_capacity(capacity(n));
             for _ in 0..n {
                 let topic_id = r.uuid()?;
                 let topic = r.compact_string()?;
@@ -193,17 +193,17 @@ pub(crate) fn decode_share_group_offsets(body: Bytes, version: i16) -> Result<Ve
     let _throttle = r.i32()?;
     // Group: id, topics, error code, error message, tags.
     let n = r.compact_array_len(6)?;
-    let mut groups = Vec::with_capacity(n);
+    let mut groups = Vec::with_capacity(capacity(n));
     for _ in 0..n {
         let group_id = r.compact_string()?;
         let mut partitions = Vec::new();
         // Topic: name, id, partitions, tags.
         for _ in 0..r.compact_array_len(19)? {
-            let topic = r.compact_string()?;
+            let topic = r.topic_name()?;
             let topic_id = r.uuid()?;
             // Partition: index, start offset, leader epoch, (lag,) error code, message, tags.
             let n = r.compact_array_len(if version >= 1 { 28 } else { 20 })?;
-            partitions.reserve(n);
+            partitions.reserve(capacity(n));
             for _ in 0..n {
                 let partition = r.i32()?;
                 let start_offset = r.i64()?;

@@ -188,7 +188,8 @@ impl Admin {
             bootstrap,
             ConnectOptions {
                 client_id: "share-worker-admin".into(),
-                max_frame: 100 * 1024 * 1024,
+                // Admin answers are small; a cap keeps what a lying one can make us hold small.
+                max_frame: 8 * 1024 * 1024,
                 request_timeout: Duration::from_secs(30),
             },
         );

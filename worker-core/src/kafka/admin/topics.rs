@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::{
     Admin, CREATE_TOPICS, LIST_OFFSETS, broker_error, call, codes, encode, protocol_error,
 };
-use crate::kafka::wire::Reader;
+use crate::kafka::wire::{Reader, capacity};
 use crate::{Error, ErrorKind, Result};
 
 /// ListOffsets timestamp -1: the latest offset (the high watermark under read_uncommitted).
@@ -39,7 +39,7 @@ pub(crate) fn decode_create_topics(body: Bytes, version: i16) -> Result<Vec<Crea
     // name, error code, error message, partitions, replication, configs, tags (+ id from v7)
     let min_topic = if version >= 7 { 28 } else { 12 };
     let n = r.compact_array_len(min_topic)?;
-    let mut topics = Vec::with_capacity(n);
+    let mut topics = Vec::with_capacity(capacity(n));
     for _ in 0..n {
         let name = r.compact_string()?;
         let topic_id = if version >= 7 { r.uuid()? } else { Uuid::nil() };
@@ -90,10 +90,10 @@ pub(crate) fn decode_list_offsets(body: Bytes) -> Result<Vec<ListedOffset>> {
     let mut out = Vec::new();
     // Topic: name, partitions, tags.
     for _ in 0..r.compact_array_len(3)? {
-        let topic = r.compact_string()?;
+        let topic = r.topic_name()?;
         // Partition: index, error, timestamp, offset, leader epoch, tags.
         let n = r.compact_array_len(27)?;
-        out.reserve(n);
+        out.reserve(capacity(n));
         for _ in 0..n {
             let partition = r.i32()?;
             let error_code = r.i16()?;

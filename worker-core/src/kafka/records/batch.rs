@@ -195,6 +195,7 @@ pub(crate) fn records(
 ) -> Result<Vec<RawRecord>, String> {
     let mut out = Vec::new();
     let mut seen = 0usize;
+    let mut previous: Option<i64> = None;
     let log_append = header.attributes & LOG_APPEND_TIME != 0;
     while data.has_remaining() {
         let mut whole = data.clone();
@@ -212,6 +213,16 @@ pub(crate) fn records(
         let raw = whole.split_to(prefix + len);
         let body = data.split_to(len);
         let r = record(header, body, raw, log_append).map_err(|e| format!("record {seen}: {e}"))?;
+        // Brokers write a batch's offsets in increasing order: a repeat is a lie that would let
+        // one acquired offset be kept again and again.
+        if previous.is_some_and(|p| r.offset <= p) {
+            return Err(format!(
+                "record {seen} has offset {} after offset {}",
+                r.offset,
+                previous.unwrap_or_default()
+            ));
+        }
+        previous = Some(r.offset);
         seen += 1;
         if keep(r.offset) {
             out.push(r);

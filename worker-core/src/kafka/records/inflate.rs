@@ -140,7 +140,11 @@ fn bounded_read(mut reader: impl Read, limit: usize, what: &str) -> Result<Bytes
         let start = out.len();
         let chunk = READ_CHUNK.min(most - start);
         if out.capacity() < start + chunk {
-            let grown = out.capacity().saturating_mul(2).max(start + chunk).min(most);
+            let grown = out
+                .capacity()
+                .saturating_mul(2)
+                .max(start + chunk)
+                .min(most);
             out.reserve_exact(grown - start);
         }
         out.resize(start + chunk, 0);

@@ -83,6 +83,8 @@ struct Walk {
     over_budget: Vec<(i64, i64)>,
     /// Whether a batch of this partition was inflated yet (the first one is owed its cap).
     inflated_one: bool,
+    /// Batches skipped because they started inside what earlier batches covered.
+    repeated: usize,
 }
 
 /// Decodes the records of one partition and accounts for every offset of `ranges` (normalised and
@@ -179,9 +181,13 @@ fn walk(
                 ranges,
                 format!("record batch {}..={}: {why}", stretch.0, stretch.1),
             );
+        } else if header.base_offset <= end {
+            // Batches come in offset order: one that starts inside what earlier batches covered
+            // repeats them, and decoding it again would only multiply the same records.
+            walk.repeated = walk.repeated.saturating_add(1);
         } else {
             // Only a batch that checks out moves the end of what framed well.
-            end = end.max(header.last_offset);
+            end = header.last_offset;
             if !header.is_control() && acquired::overlaps(ranges, stretch.0, stretch.1) {
                 walk.decode(&header, bytes, ranges, limits, budget);
             }
@@ -193,6 +199,12 @@ fn walk(
             );
             break;
         }
+    }
+    if walk.repeated > 0 {
+        tracing::warn!(
+            batches = walk.repeated,
+            "skipped record batches that repeat offsets of earlier ones in the same response"
+        );
     }
     walk
 }

@@ -402,3 +402,26 @@ fn control_batches_are_gaps() -> TestResult {
     assert_eq!(out.gaps, vec![(0, 1)]);
     Ok(())
 }
+
+#[test]
+fn a_batch_whose_offsets_repeat_is_undecodable() -> TestResult {
+    let mut data = ours(0, 3, RawCompression::None)?.to_vec();
+    // Record 1's offset delta (after its length and attributes and timestamp delta bytes) made 0.
+    let second = 61 + usize::from(data[61]) / 2 + 1;
+    data[second + 3] = 0x00;
+    let crc = crc32c::crc32c(&data[21..]);
+    data[17..21].copy_from_slice(&crc.to_be_bytes());
+    let out = decode(Bytes::from(data), &[range(0, 2, 1)]);
+    assert_eq!(undecodable(&out).len(), 3);
+    Ok(())
+}
+
+#[test]
+fn a_repeated_batch_is_skipped_not_delivered_twice() -> TestResult {
+    let first = ours(0, 3, RawCompression::None)?;
+    let data = join(&[&first, &first, &first, &ours(3, 1, RawCompression::None)?]);
+    let out = decode(data, &[range(0, 3, 1)]);
+    assert_eq!(offsets(&out), vec![0, 1, 2, 3]);
+    assert!(undecodable(&out).is_empty() && out.gaps.is_empty());
+    Ok(())
+}
