@@ -210,16 +210,33 @@ impl Admin {
     }
 
     /// A connection to `group`'s coordinator (FindCoordinator, key type GROUP).
+    ///
+    /// A cluster that has just started has no coordinator yet (its internal topics are being
+    /// created): that answer is retried with backoff for up to the request timeout.
     async fn coordinator(&self, group: &str) -> Result<Connection> {
-        let c = self.cluster.find_coordinator(group).await?;
-        if c.error_code != codes::NONE {
-            return Err(broker_error(
-                &format!("finding the coordinator of group {group}"),
+        let deadline = tokio::time::Instant::now() + self.cluster.options.request_timeout;
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let c = self.cluster.find_coordinator(group).await?;
+            if c.error_code == codes::NONE {
+                return Connection::connect(&c.addr, &self.cluster.options).await;
+            }
+            let not_ready = matches!(
                 c.error_code,
-                c.error_message.as_deref(),
-            ));
+                codes::COORDINATOR_NOT_AVAILABLE
+                    | codes::COORDINATOR_LOAD_IN_PROGRESS
+                    | codes::NOT_COORDINATOR
+            );
+            if !not_ready || tokio::time::Instant::now() + backoff > deadline {
+                return Err(broker_error(
+                    &format!("finding the coordinator of group {group}"),
+                    c.error_code,
+                    c.error_message.as_deref(),
+                ));
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
         }
-        Connection::connect(&c.addr, &self.cluster.options).await
     }
 }
 
