@@ -71,6 +71,7 @@ mod config;
 mod deadlines;
 mod dispatch;
 mod health;
+mod lifecycle;
 mod limit;
 mod receipt;
 mod routes;
