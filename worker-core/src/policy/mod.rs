@@ -37,8 +37,6 @@
 //!   [`KafkaDlqSink`](crate::dlq::KafkaDlqSink).
 
 mod backoff;
-pub(crate) mod dead_letters;
-pub(crate) mod holds;
 
 use std::sync::Arc;
 use std::time::Duration;

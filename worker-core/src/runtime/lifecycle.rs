@@ -71,7 +71,7 @@ pub(crate) enum Event<'a> {
     /// Its retry backoff ended.
     HoldEnded,
     /// Renewing its lock failed.
-    RenewalFailed,
+    RenewalFailed(&'a AckError),
     /// The dead-letter sink confirmed its letter.
     Written,
     /// The dead-letter sink refused its letter for good (the worker stops).
@@ -284,7 +284,7 @@ impl<T: Copy + Add<Duration, Output = T>> Life<T> {
                 self.finished(outcome, cause, rules)
             }
             (Event::HoldEnded, Phase::Held { .. }) => self.release(),
-            (Event::RenewalFailed, phase) => self.renewal_failed(phase.kind()),
+            (Event::RenewalFailed(_), phase) => self.renewal_failed(phase.kind()),
             (Event::Written, Phase::DeadLettering(reason)) => {
                 if self.lost {
                     Step::default()

@@ -68,9 +68,11 @@
 
 mod builder;
 mod config;
+mod dead_letters;
 mod deadlines;
 mod dispatch;
 mod health;
+mod holds;
 mod lifecycle;
 mod limit;
 mod receipt;
@@ -96,8 +98,6 @@ pub use health::WorkerHealth;
 pub use shutdown::ShutdownHandle;
 pub use summary::{AckFailures, DeadLetterCounts, Summary};
 
-pub(crate) use deadlines::Deadlines;
-pub(crate) use slots::SlotKey;
 
 use builder::RouteService;
 use config::Config;

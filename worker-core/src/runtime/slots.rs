@@ -8,8 +8,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Span;
 
-use crate::dlq::DlqReason;
-use crate::source::{AckKind, Delivery, DeliveryId};
+use crate::source::{Delivery, DeliveryId};
+
+use super::lifecycle::Life;
 
 /// Names one occupancy of one slot: a slot reused for a later record gets a new `seq`, so late
 /// events for the earlier record are recognised and ignored.
@@ -19,42 +20,22 @@ pub(crate) struct SlotKey {
     seq: u32,
 }
 
-/// Where an in-flight record is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Phase {
-    /// Fetched, waiting for its route's service to be ready.
-    Queued,
-    /// Its handler runs.
-    Running,
-    /// A retry waiting out its backoff; its lock is renewed, then it is released.
-    Held,
-    /// Waiting for the dead-letter sink to confirm its write (or to be tried again); its lock is
-    /// renewed, then it is rejected.
-    DeadLettering,
-    /// Its acknowledgement is on the way.
-    Acking(AckKind),
-}
-
-/// One record in flight.
+/// One record in flight: its lifecycle state, and what the dispatcher keeps for it.
 #[derive(Debug)]
 pub(crate) struct InFlight {
     pub(crate) id: DeliveryId,
+    pub(crate) life: Life<Instant>,
+    /// Fires when the handler should stop (lock lost, job timeout, end of the grace period).
     pub(crate) cancel: CancellationToken,
-    pub(crate) phase: Phase,
-    /// A renewal failed: the lock is gone, the outcome will not be acknowledged.
-    pub(crate) lost: bool,
     /// How often the lock is renewed, `None` when it is not.
     pub(crate) renew_every: Option<Duration>,
     /// When the next renewal is scheduled, if one is.
     pub(crate) next_renewal: Option<Instant>,
-    /// The broker's delivery count: the attempt number.
-    pub(crate) delivery_count: u16,
-    /// A copy of the record for the dead-letter sink (kept only when one is configured).
-    pub(crate) record: Option<Delivery>,
-    /// Until when a [`Phase::Held`] record is held.
-    pub(crate) held_until: Option<Instant>,
-    /// Why it is being dead-lettered, in [`Phase::DeadLettering`].
-    pub(crate) dlq_reason: Option<DlqReason>,
+    /// A copy of the record for the dead-letter sink (kept only when one is configured, until
+    /// the record is acknowledged).
+    pub(crate) letter: Option<Delivery>,
+    /// The route whose service handles it, if any.
+    pub(crate) route: Option<usize>,
     pub(crate) span: Span,
 }
 
@@ -143,11 +124,12 @@ impl Slots {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::runtime::lifecycle::Phase;
     use crate::source::Lease;
 
-    fn job() -> InFlight {
+    pub(crate) fn job() -> InFlight {
         InFlight {
             id: DeliveryId {
                 topic: "t".into(),
@@ -155,15 +137,16 @@ mod tests {
                 offset: 0,
                 lease: Lease::default(),
             },
+            life: Life {
+                phase: Phase::Queued,
+                lost: false,
+                attempt: 1,
+            },
             cancel: CancellationToken::new(),
-            phase: Phase::Queued,
-            lost: false,
             renew_every: None,
             next_renewal: None,
-            delivery_count: 1,
-            record: None,
-            held_until: None,
-            dlq_reason: None,
+            letter: None,
+            route: None,
             span: Span::none(),
         }
     }

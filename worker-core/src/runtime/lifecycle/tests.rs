@@ -321,7 +321,7 @@ fn a_failed_renewal_loses_the_lock_in_every_phase_but_acking() {
     let p = policy();
     let renewal = |phase| {
         let mut l = life(phase, 1);
-        let s = l.step(Event::RenewalFailed, rules(&p));
+        let s = l.step(Event::RenewalFailed(&AckError::LockLost), rules(&p));
         (l, effects(&s), facts(&s))
     };
     let (l, e, f) = renewal(Phase::Running);

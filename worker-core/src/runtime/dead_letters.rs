@@ -11,10 +11,10 @@ use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
 use crate::dlq::{DeadLetter, DlqError, DlqErrorKind, DlqSink};
-use crate::runtime::SlotKey;
+use super::slots::SlotKey;
 use crate::{Error, ErrorKind};
 
-use super::Backoff;
+use crate::policy::Backoff;
 
 type Write = Pin<Box<dyn Future<Output = (SlotKey, DeadLetter, Result<(), DlqError>)> + Send>>;
 

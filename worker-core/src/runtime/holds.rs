@@ -2,7 +2,8 @@
 
 use tokio::time::Instant;
 
-use crate::runtime::{Deadlines, SlotKey};
+use super::deadlines::Deadlines;
+use super::slots::SlotKey;
 
 /// Records held for a backoff. Bounded by `max_held`; each holds its slot and its lock meanwhile.
 #[derive(Debug)]
@@ -18,6 +19,11 @@ impl Holds {
             due: Deadlines::default(),
             max,
         }
+    }
+
+    /// Whether another record may be held.
+    pub(crate) fn has_room(&self) -> bool {
+        self.due.len() < self.max
     }
 
     /// Holds `key` until `until`; `false` (and nothing held) when `max_held` records already are.

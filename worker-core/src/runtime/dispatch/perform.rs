@@ -1,0 +1,321 @@
+//! Stepping a record through its lifecycle and performing the effects that come back: this is
+//! where a decision meets the source, the handler tasks, the holds and the dead-letter sink.
+
+use std::convert::Infallible;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+use tower::Service;
+
+use crate::dlq::{DeadLetter, DlqError};
+use crate::policy::Cause;
+use crate::source::{AckError, Delivery, ShareSource};
+use crate::telemetry;
+use crate::{Error, ErrorKind, Job, Outcome};
+
+use super::super::dead_letters::Written;
+use super::super::handler_task::{Finished, handler_task, panic_message};
+use super::super::lifecycle::{Effect, Event, Phase, Rules, Step};
+use super::super::observer::Subject;
+use super::super::receipt::SlotReceipt;
+use super::super::slots::SlotKey;
+use super::Dispatcher;
+
+impl<S, Svc> Dispatcher<'_, S, Svc>
+where
+    S: ShareSource,
+    Svc: Service<Job, Response = Outcome, Error = Infallible>,
+    Svc::Future: Send + 'static,
+{
+    /// The world the lifecycle's rules look at now.
+    pub(super) fn rules(&self, now: Instant) -> Rules<'_, Instant> {
+        Rules {
+            policy: &self.policy,
+            now,
+            stopping: self.stopping.is_some(),
+            sink: self.dead_letters.is_some(),
+            can_hold: self.holds.has_room(),
+        }
+    }
+
+    /// Feeds `event` to the record in slot `key` (if it is still there), reports the step and
+    /// performs its effects. `took` is how long its handler ran, when it just finished.
+    pub(super) fn step(&mut self, key: SlotKey, event: Event<'_>, took: Duration, now: Instant) {
+        let rules = self.rules(now);
+        let Some(job) = self.slots.get_mut(key) else {
+            return;
+        };
+        let before = job.life.phase;
+        let step = job.life.step(event, rules);
+        self.observer.step(
+            Subject {
+                id: &job.id,
+                span: &job.span,
+            },
+            Some(&event),
+            &step,
+            took,
+        );
+        self.perform(key, before, step, None, now);
+    }
+
+    /// Performs `step`'s effects for the record in slot `key`, which was in phase `before`.
+    /// `delivery` is the record itself when it is at hand (it arrived, or left its queue).
+    pub(super) fn perform(
+        &mut self,
+        key: SlotKey,
+        before: Phase<Instant>,
+        step: Step,
+        mut delivery: Option<Delivery>,
+        now: Instant,
+    ) {
+        for effect in step.effects {
+            match effect {
+                Effect::Enqueue => {
+                    let route = self.slots.get(key).and_then(|job| job.route);
+                    if let (Some(route), Some(delivery)) = (route, delivery.take()) {
+                        self.routes.enqueue(route, key, delivery);
+                    }
+                }
+                Effect::Call => {
+                    if let Some(delivery) = delivery.take() {
+                        self.call(key, delivery, now);
+                    }
+                }
+                Effect::Acknowledge(kind) => {
+                    let Some(job) = self.slots.get_mut(key) else {
+                        continue;
+                    };
+                    job.letter = None;
+                    let receipt = self.source.acknowledge(&job.id, kind);
+                    self.acking.push(SlotReceipt::new(key, receipt));
+                }
+                Effect::Hold => {
+                    if let Some(Phase::Held { until }) = self.slots.get(key).map(|j| j.life.phase)
+                    {
+                        self.holds.hold(key, until);
+                    }
+                }
+                Effect::WriteDeadLetter { reason, error } => {
+                    self.write_dead_letter(key, reason, error, delivery.take(), now);
+                }
+                Effect::Cancel => {
+                    if let Some(job) = self.slots.get(key) {
+                        job.cancel.cancel();
+                    }
+                }
+                Effect::Forget | Effect::Free => {
+                    self.unschedule(key);
+                    self.slots.remove(key);
+                }
+            }
+        }
+        let after = self
+            .slots
+            .get(key)
+            .map(|job| (job.life.phase, job.life.renewable()));
+        if let Phase::Held { until } = before
+            && after.map(|(phase, _)| phase) != Some(before)
+        {
+            self.holds.cancel(key, until);
+        }
+        if let Some((_, false)) = after {
+            self.unschedule(key);
+        }
+    }
+
+    /// Starts the handler of the record in slot `key` as a task of its own.
+    fn call(&mut self, key: SlotKey, delivery: Delivery, now: Instant) {
+        let Some(job) = self.slots.get(key) else {
+            return;
+        };
+        let Some(route) = job.route else {
+            return;
+        };
+        let span = job.span.clone();
+        let request = Job::new(delivery, job.cancel.clone());
+        let called = {
+            let _entered = span.enter();
+            catch_unwind(AssertUnwindSafe(|| self.routes.call(route, request)))
+        };
+        match called {
+            Ok(future) => {
+                let timeout = self.routes.timeout(route).unwrap_or(self.config.job_timeout);
+                self.running
+                    .spawn(handler_task(key, future, timeout, span.clone()));
+            }
+            Err(panic) => {
+                let message = panic_message(&*panic);
+                self.on_finished(key, Finished::Panicked(message), Duration::ZERO, now);
+            }
+        }
+    }
+
+    /// A record whose service is ready left its queue.
+    pub(super) fn dispatch(&mut self, key: SlotKey, delivery: Delivery, now: Instant) {
+        let rules = self.rules(now);
+        let Some(job) = self.slots.get_mut(key) else {
+            return;
+        };
+        let before = job.life.phase;
+        let step = job.life.step(Event::Ready, rules);
+        self.perform(key, before, step, Some(delivery), now);
+    }
+
+    /// A handler task ended.
+    pub(super) fn on_finished(&mut self, key: SlotKey, finished: Finished, took: Duration, now: Instant) {
+        let Some(job) = self.slots.get(key) else {
+            return;
+        };
+        let (outcome, cause) = match finished {
+            Finished::Done(outcome) => (outcome, Cause::Handler),
+            Finished::Panicked(message) => {
+                tracing::warn!(parent: &job.span, record = %job.id, panic = %message, "handler panicked");
+                (
+                    Outcome::retry(format!("handler panicked: {message}")),
+                    Cause::Panic,
+                )
+            }
+            Finished::TimedOut => {
+                // The task dropped the handler's future; whatever it started watches this token.
+                job.cancel.cancel();
+                tracing::warn!(parent: &job.span, record = %job.id, "handler timed out");
+                (Outcome::retry("the job timed out"), Cause::Timeout)
+            }
+        };
+        self.step(
+            key,
+            Event::Finished {
+                outcome: &outcome,
+                cause,
+            },
+            took,
+            now,
+        );
+    }
+
+    /// The broker answered an acknowledgement.
+    pub(super) fn on_acked(&mut self, key: SlotKey, result: Result<(), AckError>, now: Instant) {
+        self.step(key, Event::Answered(result.as_ref().map(|_| ())), Duration::ZERO, now);
+    }
+
+    /// Handles every dead-letter write that ended.
+    pub(super) fn poll_dead_letters(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
+        let mut progress = false;
+        while let Some(writer) = self.dead_letters.as_mut() {
+            let Poll::Ready(written) = writer.poll_written(cx, now) else {
+                break;
+            };
+            progress = true;
+            match written {
+                Written::Confirmed(key) => {
+                    self.observer.dead_letter_confirmed();
+                    if self.health.dlq_failure().is_some() && !self.dlq_failing() {
+                        self.health.set_dlq_failure(None);
+                        tracing::info!("the dead-letter sink recovered: fetching resumes");
+                    }
+                    self.step(key, Event::Written, Duration::ZERO, now);
+                }
+                Written::Failed {
+                    key,
+                    error,
+                    began_failing,
+                } => {
+                    self.observer.dead_letter_failed(began_failing);
+                    if began_failing {
+                        self.health.set_dlq_failure(Some(error.to_string()));
+                        tracing::error!(error = %error, "the dead-letter sink is failing: fetching paused; records for it keep their locks until it recovers");
+                    } else if let Some(job) = self.slots.get(key) {
+                        tracing::debug!(parent: &job.span, record = %job.id, error = %error, "dead-letter write failed: trying again");
+                    }
+                }
+                Written::Refused { key, error } => {
+                    self.observer.dead_letter_failed(false);
+                    self.health.set_dlq_failure(Some(error.to_string()));
+                    self.refuse_dead_letters(key, error, now);
+                }
+            }
+        }
+        progress
+    }
+
+    /// The sink refused a letter for good: no retry can succeed, so the worker stops with that
+    /// error. The records waiting for the sink are released at once (a release on the last
+    /// delivery lets the broker archive the record: logged with its offset), the rest shuts down
+    /// gracefully.
+    fn refuse_dead_letters(&mut self, key: SlotKey, error: DlqError, now: Instant) {
+        let waiting = self
+            .dead_letters
+            .as_mut()
+            .map(|writer| writer.give_up_waiting())
+            .unwrap_or_default();
+        if self.fatal.is_none() {
+            tracing::error!(error = %error, "the dead-letter sink refused a letter for good: releasing what the worker holds and stopping");
+            self.fatal = Some(Error::new(
+                ErrorKind::Dlq,
+                format!("the dead-letter sink cannot write: {error}"),
+            ));
+        }
+        self.begin_shutdown(now);
+        for key in std::iter::once(key).chain(waiting) {
+            self.step(key, Event::Refused, Duration::ZERO, now);
+        }
+    }
+
+    /// Hands the record's letter to the sink. `delivery` is the record when the slot keeps no
+    /// copy of it.
+    fn write_dead_letter(
+        &mut self,
+        key: SlotKey,
+        reason: crate::dlq::DlqReason,
+        error: String,
+        delivery: Option<Delivery>,
+        now: Instant,
+    ) {
+        let Some(job) = self.slots.get_mut(key) else {
+            return;
+        };
+        let Some(mut letter) = job.letter.take().or(delivery) else {
+            // Not reached: a slot keeps its record whenever a sink is configured.
+            tracing::error!(parent: &job.span, record = %job.id, "the record to dead-letter was not kept: releasing it");
+            self.step(key, Event::Refused, Duration::ZERO, now);
+            return;
+        };
+        let Some(writer) = self.dead_letters.as_mut() else {
+            return;
+        };
+        telemetry::stamp(&job.span, &mut letter.headers);
+        writer.write(
+            key,
+            DeadLetter {
+                delivery: letter,
+                reason,
+                error,
+                handler: job.id.topic.clone(),
+                failed_at: SystemTime::now(),
+            },
+        );
+    }
+
+    /// Releases every held retry whose backoff ended by `now`.
+    pub(super) fn release_held(&mut self, now: Instant) -> bool {
+        if self.holds.next_due().is_none_or(|at| at > now) {
+            return false;
+        }
+        let mut due = std::mem::take(&mut self.due);
+        self.holds.take_due(now, &mut due);
+        for (at, key) in due.drain(..) {
+            if self
+                .slots
+                .get(key)
+                .is_some_and(|job| job.life.phase == Phase::Held { until: at })
+            {
+                self.step(key, Event::HoldEnded, Duration::ZERO, now);
+            }
+        }
+        self.due = due;
+        true
+    }
+}
