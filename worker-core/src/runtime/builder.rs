@@ -30,6 +30,8 @@ pub struct WorkerBuilder<S> {
     config: Config,
     error: Option<Error>,
     meter: Option<Meter>,
+    /// Per-route job timeouts, applied at `build` (so they may precede their routes).
+    route_timeouts: Vec<(Arc<str>, Duration)>,
 }
 
 impl<S: ShareSource> WorkerBuilder<S> {
@@ -40,6 +42,7 @@ impl<S: ShareSource> WorkerBuilder<S> {
             config: Config::default(),
             error: None,
             meter: None,
+            route_timeouts: Vec::new(),
         }
     }
 
@@ -102,6 +105,14 @@ impl<S: ShareSource> WorkerBuilder<S> {
     /// How long one handler may run before it is cancelled and its record retried. Default 5 min.
     pub fn job_timeout(mut self, timeout: Duration) -> Self {
         self.config.job_timeout = timeout;
+        self
+    }
+
+    /// How long one handler of `topic`'s route may run, instead of [`job_timeout`](Self::job_timeout):
+    /// a webhook route may allow 30 s while an SMS route allows 5 s. The topic must have a route
+    /// when the worker is built.
+    pub fn route_timeout(mut self, topic: impl Into<Arc<str>>, timeout: Duration) -> Self {
+        self.route_timeouts.push((topic.into(), timeout));
         self
     }
 
@@ -205,7 +216,22 @@ impl<S: ShareSource> WorkerBuilder<S> {
             return Err(err);
         }
         self.config.validate()?;
-        if self.routes.is_empty() {
+        let mut routes = self.routes;
+        for (topic, timeout) in self.route_timeouts {
+            if timeout.is_zero() {
+                return Err(Error::new(
+                    ErrorKind::Config,
+                    format!("`route_timeout`: topic `{topic}`: expected a timeout above 0"),
+                ));
+            }
+            if !routes.set_timeout(&topic, timeout) {
+                return Err(Error::new(
+                    ErrorKind::Config,
+                    format!("`route_timeout`: topic `{topic}` has no route; add it with `route` or `job`"),
+                ));
+            }
+        }
+        if routes.is_empty() {
             return Err(Error::new(
                 ErrorKind::Config,
                 "`route`: expected at least one route",
@@ -213,7 +239,7 @@ impl<S: ShareSource> WorkerBuilder<S> {
         }
         Ok(Worker {
             source: self.source,
-            routes: self.routes,
+            routes,
             config: self.config,
             shutdown: ShutdownHandle::new(),
             health: super::WorkerHealth::new(),

@@ -18,6 +18,9 @@ pub(crate) const TICK: Duration = Duration::from_secs(1);
 ///   blocked, a handler that blocks the dispatcher's thread) goes silent.
 /// - **Readiness** ([`readiness`](Self::readiness)): the worker runs, is not shutting down, its
 ///   dead-letter sink is not failing and its fetches are not failing.
+/// - **Stalls** ([`stalls`](Self::stalls)): how often the loop ran late by more than a quarter of
+///   the shortest lock, and the last such lateness. A stall is survivable (renewals go first when
+///   the loop catches up) but means something blocks the runtime's threads.
 #[derive(Clone, Debug)]
 pub struct WorkerHealth {
     inner: Arc<Shared>,
@@ -31,6 +34,9 @@ struct Shared {
     last_pass: AtomicU64,
     running: AtomicBool,
     stopping: AtomicBool,
+    /// Times the loop ran late enough to endanger locks, and the last lateness in ms.
+    stalls: AtomicU64,
+    last_stall_ms: AtomicU64,
     /// Why the dead-letter sink fails, while it does.
     dlq_failure: Mutex<Option<String>>,
     /// Why fetching fails, while it does.
@@ -45,6 +51,8 @@ impl Default for WorkerHealth {
                 last_pass: AtomicU64::new(0),
                 running: AtomicBool::new(false),
                 stopping: AtomicBool::new(false),
+                stalls: AtomicU64::new(0),
+                last_stall_ms: AtomicU64::new(0),
                 dlq_failure: Mutex::new(None),
                 fetch_failure: Mutex::new(None),
             }),
@@ -99,6 +107,18 @@ impl WorkerHealth {
         Ok(())
     }
 
+    /// How many times the dispatcher's loop stalled (ran late by more than a quarter of the
+    /// shortest lock, at least 500 ms), and how late it was the last time; `None` if it never did.
+    pub fn stalls(&self) -> Option<(u64, Duration)> {
+        match self.inner.stalls.load(Ordering::Acquire) {
+            0 => None,
+            n => Some((
+                n,
+                Duration::from_millis(self.inner.last_stall_ms.load(Ordering::Acquire)),
+            )),
+        }
+    }
+
     /// Why the dead-letter sink fails, while it does (fetching is paused meanwhile).
     pub fn dlq_failure(&self) -> Option<String> {
         read(&self.inner.dlq_failure)
@@ -108,6 +128,13 @@ impl WorkerHealth {
     pub(crate) fn passed(&self) {
         let ms = u64::try_from(self.inner.origin.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
         self.inner.last_pass.store(ms + 1, Ordering::Release);
+    }
+
+    /// The loop ran `late` past its tick.
+    pub(crate) fn stalled(&self, late: Duration) {
+        let ms = u64::try_from(late.as_millis()).unwrap_or(u64::MAX);
+        self.inner.last_stall_ms.store(ms, Ordering::Release);
+        self.inner.stalls.fetch_add(1, Ordering::AcqRel);
     }
 
     pub(crate) fn set_running(&self, running: bool) {
@@ -163,6 +190,15 @@ mod tests {
         assert_eq!(health.readiness(), Ok(()));
         health.set_stopping();
         assert_eq!(health.readiness(), Err("shutting down".to_owned()));
+    }
+
+    #[test]
+    fn stalls_are_counted_with_the_last_lateness() {
+        let health = WorkerHealth::new();
+        assert_eq!(health.stalls(), None);
+        health.stalled(Duration::from_millis(1500));
+        health.stalled(Duration::from_millis(700));
+        assert_eq!(health.stalls(), Some((2, Duration::from_millis(700))));
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! | `DeadLettering` | refused for good | `Acking(Release)` | release (forget if lost) |
 //! | any but `Acking` | renewal failed | lost: `Queued`/`Running` cancelled, `Held` forgotten | |
 //! | `Queued` / `Held` | shutdown | `Acking(Release)` | release |
-//! | `Running` / `DeadLettering` | grace over | `Acking(Release)` | cancel, release |
+//! | `Running` / `DeadLettering` | grace over | `Acking(Release)` | cancel (running), release |
 //! | `Acking` | answered | (gone) | free the slot |
 
 use std::ops::Add;
@@ -312,12 +312,16 @@ impl<T: Copy + Add<Duration, Output = T>> Life<T> {
             }
             (Event::ShutdownStarted, Phase::Held { .. }) => self.release(),
             (Event::GraceOver, Phase::Running) => {
-                let step = if self.lost {
-                    Step::default().effect(Effect::Forget)
+                // Cancel first: forgetting frees the slot that holds the token.
+                let cancel = Step::default().effect(Effect::Cancel);
+                if self.lost {
+                    cancel.effect(Effect::Forget)
                 } else {
-                    self.release().fact(Fact::ReleasedOnShutdown)
-                };
-                step.effect(Effect::Cancel)
+                    self.phase = Phase::Acking(AckKind::Release);
+                    cancel
+                        .effect(Effect::Acknowledge(AckKind::Release))
+                        .fact(Fact::ReleasedOnShutdown)
+                }
             }
             (Event::Answered(result), Phase::Acking(kind)) => {
                 let failed = result.err().cloned();

@@ -76,6 +76,12 @@ impl Observer {
         self.metrics.dlq_failed();
     }
 
+    /// The dispatcher's loop ran `late` (every runtime thread busy or blocked).
+    pub(crate) fn dispatcher_stalled(&mut self, late: Duration) {
+        self.summary.dispatcher_stalls += 1;
+        self.metrics.dispatcher_stalled(late);
+    }
+
     /// The sink confirmed a letter.
     pub(crate) fn dead_letter_confirmed(&mut self) {
         self.summary.dlq_written += 1;

@@ -2,9 +2,10 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
-use std::task::{Context, Poll};
-
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
 use tower::Service;
 
 use crate::source::Delivery;
@@ -17,6 +18,8 @@ use super::slots::SlotKey;
 struct Route<Svc> {
     topic: Arc<str>,
     service: Svc,
+    /// This route's job timeout, if it has its own.
+    timeout: Option<Duration>,
     /// Records fetched for this topic that wait for `poll_ready`. Bounded by the slot count: every
     /// record here holds a slot.
     queue: VecDeque<(SlotKey, Delivery)>,
@@ -54,6 +57,7 @@ impl<Svc> Routes<Svc> {
         self.routes.push(Route {
             topic,
             service,
+            timeout: None,
             queue: VecDeque::new(),
         });
         true
@@ -70,6 +74,20 @@ impl<Svc> Routes<Svc> {
     /// The route for `topic`, if it has one.
     pub(crate) fn route_for(&self, topic: &str) -> Option<usize> {
         self.by_topic.get(topic).copied()
+    }
+
+    /// Gives `topic`'s route a job timeout of its own; `false` if it has no route.
+    pub(crate) fn set_timeout(&mut self, topic: &str, timeout: Duration) -> bool {
+        let Some(&route) = self.by_topic.get(topic) else {
+            return false;
+        };
+        self.routes[route].timeout = Some(timeout);
+        true
+    }
+
+    /// Route `route`'s own job timeout, if it has one.
+    pub(crate) fn timeout(&self, route: usize) -> Option<Duration> {
+        self.routes.get(route).and_then(|r| r.timeout)
     }
 
     /// Queues a fetched record for route `route`'s service.

@@ -55,6 +55,9 @@ pub struct Summary {
     pub possible_duplicates: u64,
     /// Fetches that failed.
     pub fetch_errors: u64,
+    /// Times the dispatcher's loop ran late enough to endanger locks (something blocked every
+    /// runtime thread).
+    pub dispatcher_stalls: u64,
 }
 
 /// Dead-lettered records by [`DlqReason`].

@@ -37,6 +37,8 @@ pub(crate) struct Metrics {
     dlq_failures: Counter<u64>,
     fetch_duration: Histogram<f64>,
     delivery_count: Histogram<u64>,
+    stalls: Counter<u64>,
+    lateness: Histogram<f64>,
     /// The gauges as last reported, so they can be moved by the difference.
     reported_in_flight: i64,
     reported_held: i64,
@@ -128,6 +130,17 @@ impl Metrics {
                 .with_unit("{delivery}")
                 .with_boundaries(DELIVERY_COUNT_BOUNDS.to_vec())
                 .build(),
+            stalls: meter
+                .u64_counter(names::DISPATCHER_STALLS)
+                .with_description("Times the dispatcher loop ran late enough to endanger locks.")
+                .with_unit("{stall}")
+                .build(),
+            lateness: meter
+                .f64_histogram(names::DISPATCHER_LATENESS)
+                .with_description("How late the dispatcher loop was when it stalled.")
+                .with_unit("s")
+                .with_boundaries(DURATION_BOUNDS.to_vec())
+                .build(),
             reported_in_flight: 0,
             reported_held: 0,
         }
@@ -213,5 +226,10 @@ impl Metrics {
 
     pub(crate) fn dlq_failed(&self) {
         self.dlq_failures.add(1, &[]);
+    }
+
+    pub(crate) fn dispatcher_stalled(&self, late: Duration) {
+        self.stalls.add(1, &[]);
+        self.lateness.record(late.as_secs_f64(), &[]);
     }
 }

@@ -39,6 +39,12 @@ pub const FETCH_DURATION: &str = "share_worker.fetch.duration";
 /// The broker's delivery count of fetched records (histogram; `topic`). Counts above 1 are
 /// redeliveries: retries, lost locks, crashed workers.
 pub const DELIVERY_COUNT: &str = "share_worker.delivery_count";
+/// Times the worker's dispatcher loop ran late by more than a quarter of the shortest lock
+/// (counter): every runtime thread was busy or blocked, so renewals ran late too. Move blocking
+/// handler work to `spawn_blocking`.
+pub const DISPATCHER_STALLS: &str = "share_worker.dispatcher.stalls";
+/// How late the dispatcher loop was when it stalled, in seconds (histogram).
+pub const DISPATCHER_LATENESS: &str = "share_worker.dispatcher.lateness";
 /// Records of a partition not yet settled by the share group, sampled from
 /// DescribeShareGroupOffsets (gauge; `group`, `topic`, `partition`). The autoscaling signal.
 pub const GROUP_LAG: &str = "share_worker.group.lag";
@@ -61,7 +67,7 @@ pub const GROUP: &str = "group";
 pub const PARTITION: &str = "partition";
 
 /// Every metric the worker and [`LagMonitor`](super::LagMonitor) record, in the order above.
-pub const ALL: [&str; 16] = [
+pub const ALL: [&str; 18] = [
     RECORDS_FETCHED,
     RECORDS_COMPLETED,
     HANDLER_DURATION,
@@ -77,5 +83,7 @@ pub const ALL: [&str; 16] = [
     DLQ_FAILURES,
     FETCH_DURATION,
     DELIVERY_COUNT,
+    DISPATCHER_STALLS,
+    DISPATCHER_LATENESS,
     GROUP_LAG,
 ];

@@ -139,7 +139,7 @@ where
                 undecodable: delivery.undecodable.as_deref().map(|u| u.error.as_str()),
                 routed: route.is_some(),
             },
-            self.rules(now),
+            rules!(self, now),
         );
         // Kept for the dead-letter sink: a handler consumes its job. Reference counts only, plus
         // the header list when the record has headers.

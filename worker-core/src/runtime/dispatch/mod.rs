@@ -12,6 +12,20 @@
 //! - `renew.rs`: renewals and the watchdog over the loop's own lateness.
 //! - `stop.rs`: shutdown and the grace period.
 
+/// The world the lifecycle's rules look at now. A macro rather than a method so that it borrows
+/// only the fields it reads, leaving the slot table free to change.
+macro_rules! rules {
+    ($dispatcher:expr, $now:expr) => {
+        $crate::runtime::lifecycle::Rules {
+            policy: &$dispatcher.policy,
+            now: $now,
+            stopping: $dispatcher.stopping.is_some(),
+            sink: $dispatcher.dead_letters.is_some(),
+            can_hold: $dispatcher.holds.has_room(),
+        }
+    };
+}
+
 mod arrive;
 mod perform;
 mod renew;
@@ -193,8 +207,10 @@ where
         self.watch_lateness(Instant::now());
         for _ in 0..BUDGET {
             let now = Instant::now();
-            // Renewals first: after a stall they are what keeps the locks.
-            let mut progress = self.renew_due(now);
+            // Handlers that ended first (their records need no renewal any more), then the
+            // renewals: after a stall they are what keeps the locks.
+            let mut progress = self.join_finished(cx, now);
+            progress |= self.renew_due(now);
 
             if self.stopping.is_none() && self.shutdown.as_mut().poll(cx).is_ready() {
                 self.begin_shutdown(now);
@@ -210,15 +226,6 @@ where
             }
             while let Poll::Ready((_, key, delivery)) = self.routes.poll_next_ready(cx) {
                 self.dispatch(key, delivery, now);
-                progress = true;
-            }
-            while let Poll::Ready(Some(joined)) = self.running.poll_join_next(cx) {
-                match joined {
-                    Ok((key, finished, took)) => self.on_finished(key, finished, took, now),
-                    // Aborted when the grace period ended: those records were released then.
-                    Err(err) if err.is_cancelled() => {}
-                    Err(err) => tracing::error!(error = %err, "a handler task failed outside its handler"),
-                }
                 progress = true;
             }
             while let Poll::Ready(Some((key, result))) = self.acking.poll_next_unpin(cx) {
@@ -260,6 +267,23 @@ where
         }
         cx.waker().wake_by_ref();
         Poll::Pending
+    }
+
+    /// Steps every record whose handler task ended.
+    fn join_finished(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
+        let mut progress = false;
+        while let Poll::Ready(Some(joined)) = self.running.poll_join_next(cx) {
+            match joined {
+                Ok((key, finished, took)) => self.on_finished(key, finished, took, now),
+                // Aborted when the grace period ended: those records were released then.
+                Err(err) if err.is_cancelled() => {}
+                Err(err) => {
+                    tracing::error!(error = %err, "a handler task failed outside its handler");
+                }
+            }
+            progress = true;
+        }
+        progress
     }
 
     /// Whether the dead-letter sink is failing (fetching pauses meanwhile).

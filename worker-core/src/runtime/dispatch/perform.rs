@@ -17,7 +17,7 @@ use crate::{Error, ErrorKind, Job, Outcome};
 
 use super::super::dead_letters::Written;
 use super::super::handler_task::{Finished, handler_task, panic_message};
-use super::super::lifecycle::{Effect, Event, Phase, Rules, Step};
+use super::super::lifecycle::{Effect, Event, Phase, Step};
 use super::super::observer::Subject;
 use super::super::receipt::SlotReceipt;
 use super::super::slots::SlotKey;
@@ -29,21 +29,10 @@ where
     Svc: Service<Job, Response = Outcome, Error = Infallible>,
     Svc::Future: Send + 'static,
 {
-    /// The world the lifecycle's rules look at now.
-    pub(super) fn rules(&self, now: Instant) -> Rules<'_, Instant> {
-        Rules {
-            policy: &self.policy,
-            now,
-            stopping: self.stopping.is_some(),
-            sink: self.dead_letters.is_some(),
-            can_hold: self.holds.has_room(),
-        }
-    }
-
     /// Feeds `event` to the record in slot `key` (if it is still there), reports the step and
     /// performs its effects. `took` is how long its handler ran, when it just finished.
     pub(super) fn step(&mut self, key: SlotKey, event: Event<'_>, took: Duration, now: Instant) {
-        let rules = self.rules(now);
+        let rules = rules!(self, now);
         let Some(job) = self.slots.get_mut(key) else {
             return;
         };
@@ -155,7 +144,7 @@ where
 
     /// A record whose service is ready left its queue.
     pub(super) fn dispatch(&mut self, key: SlotKey, delivery: Delivery, now: Instant) {
-        let rules = self.rules(now);
+        let rules = rules!(self, now);
         let Some(job) = self.slots.get_mut(key) else {
             return;
         };

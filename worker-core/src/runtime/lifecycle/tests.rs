@@ -391,12 +391,12 @@ fn shutdown_releases_what_never_started_and_the_held_retries() {
     let s = l.step(Event::GraceOver, rules(&p));
     assert_eq!(
         effects(&s),
-        vec![Effect::Acknowledge(AckKind::Release), Effect::Cancel]
+        vec![Effect::Cancel, Effect::Acknowledge(AckKind::Release)]
     );
     let mut l = lost(Phase::Running);
     assert_eq!(
         effects(&l.step(Event::GraceOver, rules(&p))),
-        vec![Effect::Forget, Effect::Cancel]
+        vec![Effect::Cancel, Effect::Forget]
     );
 }
 

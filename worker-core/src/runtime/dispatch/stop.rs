@@ -1,0 +1,101 @@
+//! Shutdown: stop fetching, release what never started and the held retries, wait for running
+//! handlers and dead-letter writes until the grace period ends, then release the rest.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tower::Service;
+
+use crate::source::ShareSource;
+use crate::{Job, Outcome};
+
+use super::super::lifecycle::{Event, Phase};
+use super::{Dispatcher, FLUSH_TIMEOUT, Stopping};
+
+impl<S, Svc> Dispatcher<'_, S, Svc>
+where
+    S: ShareSource,
+    Svc: Service<Job, Response = Outcome, Error = Infallible>,
+    Svc::Future: Send + 'static,
+{
+    /// Stops fetching; the records that never started and the retries being held are released.
+    pub(super) fn begin_shutdown(&mut self, now: Instant) {
+        if self.stopping.is_some() {
+            return;
+        }
+        self.health.set_stopping();
+        self.stopping = Some(Stopping {
+            grace_deadline: now + self.config.shutdown_grace,
+            grace_expired: false,
+        });
+        tracing::info!(
+            running = self.running.len(),
+            held = self.slots.held(),
+            grace = ?self.config.shutdown_grace,
+            "shutting down: no more fetches, waiting for running handlers"
+        );
+        for (key, _) in self.routes.drain() {
+            self.step(key, Event::ShutdownStarted, Duration::ZERO, now);
+        }
+        let mut held = std::mem::take(&mut self.due);
+        self.holds.take_all(&mut held);
+        for (_, key) in held.drain(..) {
+            self.step(key, Event::ShutdownStarted, Duration::ZERO, now);
+        }
+        self.due = held;
+    }
+
+    /// At the end of the grace period: cancels the handlers still running and releases their
+    /// records, and gives up on dead-letter writes (their records are released, never rejected).
+    pub(super) fn expire_grace(&mut self, now: Instant) -> bool {
+        let Some(stopping) = &mut self.stopping else {
+            return false;
+        };
+        if stopping.grace_expired || now < stopping.grace_deadline {
+            return false;
+        }
+        stopping.grace_expired = true;
+        self.fetching.future = None;
+        let (mut unfinished, mut undelivered) = (Vec::new(), Vec::new());
+        for (key, job) in self.slots.iter_mut() {
+            match job.life.phase {
+                Phase::Running => unfinished.push(key),
+                Phase::DeadLettering(_) => undelivered.push(key),
+                _ => {}
+            }
+        }
+        if let Some(writer) = self.dead_letters.as_mut() {
+            writer.abandon();
+        }
+        if !unfinished.is_empty() {
+            tracing::warn!(
+                unfinished = unfinished.len(),
+                "grace period over: cancelling and releasing unfinished jobs"
+            );
+        }
+        if !undelivered.is_empty() {
+            tracing::error!(
+                records = undelivered.len(),
+                "grace period over with the dead-letter sink still failing: releasing those records (neither accepted nor rejected); the broker delivers them again, and archives any at its delivery limit"
+            );
+        }
+        for key in unfinished.into_iter().chain(undelivered) {
+            self.step(key, Event::GraceOver, Duration::ZERO, now);
+        }
+        // Their tokens fired above; a handler that ignores its token is dropped here.
+        self.running.abort_all();
+        true
+    }
+
+    pub(super) fn is_done(&self, now: Instant) -> bool {
+        let Some(stopping) = &self.stopping else {
+            return false;
+        };
+        if self.fetching.future.is_some() {
+            return false;
+        }
+        self.slots.held() == 0
+            || (stopping.grace_expired && now >= stopping.grace_deadline + FLUSH_TIMEOUT)
+    }
+}
