@@ -282,11 +282,24 @@ impl Driver {
             .iter()
             .flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)))
             .collect();
-        let taken = if self.epoch == 0 {
+        let mut taken = if self.epoch == 0 {
             Vec::new()
         } else {
             self.take(false)
         };
+        // Acknowledgements ride on the fetch only for partitions it fetches from: listing any
+        // other partition would add it to the session and acquire records nobody asked for (a
+        // paused topic, a partition just revoked). Those go alone, first.
+        let alone: Vec<PendingAck> = taken
+            .extract_if(.., |ack| !wanted.contains(&(ack.topic_id, ack.partition)))
+            .collect();
+        if !alone.is_empty() {
+            self.acknowledge(alone, false, self.epoch).await;
+            if self.epoch == 0 {
+                // That request lost the session: what was to ride belonged to it.
+                fail_all(std::mem::take(&mut taken), &AckError::SessionLost);
+            }
+        }
         let mut listed: Listed = wanted
             .iter()
             .filter(|tp| self.epoch == 0 || !self.in_session.contains(tp))

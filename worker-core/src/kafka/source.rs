@@ -1,6 +1,6 @@
 //! [`KafkaSource`]: the native share-group client behind the [`ShareSource`] port.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -51,6 +51,10 @@ struct Inner {
     fetch_lock: AsyncMutex<()>,
     rotation: AtomicUsize,
     closed: AtomicBool,
+    /// Topics not fetched from for now ([`ShareSource::pause`]).
+    paused: Mutex<HashSet<Arc<str>>>,
+    /// Wakes a fetch that waits because every assigned topic is paused.
+    resumed: tokio::sync::Notify,
 }
 
 impl Drop for Inner {
@@ -122,6 +126,8 @@ impl KafkaSource {
                 fetch_lock: AsyncMutex::new(()),
                 rotation: AtomicUsize::new(0),
                 closed: AtomicBool::new(false),
+                paused: Mutex::new(HashSet::new()),
+                resumed: tokio::sync::Notify::new(),
             }),
         })
     }
@@ -240,6 +246,26 @@ impl Inner {
             .collect())
     }
 
+    /// Removes the partitions of paused topics; `true` if that left nothing to fetch from.
+    fn drop_paused(&self, by_leader: &mut BTreeMap<i32, Vec<(Uuid, Vec<i32>)>>) -> bool {
+        let paused = self.paused.lock().unwrap_or_else(|e| e.into_inner());
+        if paused.is_empty() || by_leader.is_empty() {
+            return false;
+        }
+        let topics = self.topics.lock().unwrap_or_else(|e| e.into_inner());
+        let is_paused = |id: &Uuid| {
+            topics
+                .by_id
+                .get(id)
+                .is_some_and(|(name, _)| paused.contains(name))
+        };
+        by_leader.retain(|_, partitions| {
+            partitions.retain(|(id, _)| !is_paused(id));
+            !partitions.is_empty()
+        });
+        by_leader.is_empty()
+    }
+
     fn session_jobs(&self, node: i32) -> Result<tokio::sync::mpsc::Sender<FetchJob>> {
         let mut sessions = self
             .sessions
@@ -278,7 +304,13 @@ impl Inner {
                 return Ok(Vec::new());
             }
         }
-        let by_leader = self.partitions_by_leader(&state.assignment).await?;
+        let mut by_leader = self.partitions_by_leader(&state.assignment).await?;
+        if self.drop_paused(&mut by_leader) {
+            // Everything assigned is paused: wait for a resume (or the usual wait) instead of
+            // spinning on empty answers.
+            let _ = tokio::time::timeout(self.config.max_wait, self.resumed.notified()).await;
+            return Ok(Vec::new());
+        }
         if by_leader.is_empty() {
             tokio::time::sleep(self.config.max_wait.min(Duration::from_millis(100))).await;
             return Ok(Vec::new());
@@ -418,6 +450,15 @@ impl ShareSource for KafkaSource {
 
     fn group(&self) -> Option<&str> {
         Some(&self.inner.config.group)
+    }
+
+    fn pause(&self, topic: &str, paused: bool) {
+        let mut set = self.inner.paused.lock().unwrap_or_else(|e| e.into_inner());
+        if paused {
+            set.insert(Arc::from(topic));
+        } else if set.remove(topic) {
+            self.inner.resumed.notify_waiters();
+        }
     }
 
     /// The group's `share.delivery.count.limit` (Kafka 4.3+), else the broker's

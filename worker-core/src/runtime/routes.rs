@@ -20,6 +20,10 @@ struct Route<Svc> {
     service: Svc,
     /// This route's job timeout, if it has its own.
     timeout: Option<Duration>,
+    /// Its records not yet being acknowledged (queued, running, held, dead-lettering).
+    active: usize,
+    /// Whether its topic is paused at the source (it holds its full share of the slots).
+    paused: bool,
     /// Records fetched for this topic that wait for `poll_ready`. Bounded by the slot count: every
     /// record here holds a slot.
     queue: VecDeque<(SlotKey, Delivery)>,
@@ -58,6 +62,8 @@ impl<Svc> Routes<Svc> {
             topic,
             service,
             timeout: None,
+            active: 0,
+            paused: false,
             queue: VecDeque::new(),
         });
         true
@@ -88,6 +94,47 @@ impl<Svc> Routes<Svc> {
     /// Route `route`'s own job timeout, if it has one.
     pub(crate) fn timeout(&self, route: usize) -> Option<Duration> {
         self.routes.get(route).and_then(|r| r.timeout)
+    }
+
+    /// How many unfinished records one route may hold when `concurrency` is shared by all routes:
+    /// each other route keeps a reserve of max(1, concurrency / (4 × routes)) slots, so a route
+    /// whose handlers are stuck cannot take the slots the other topics need. One route may use
+    /// all of them.
+    pub(crate) fn share(&self, concurrency: usize) -> usize {
+        let n = self.routes.len().max(1);
+        let reserve = (concurrency / (4 * n)).max(1);
+        concurrency
+            .saturating_sub((n - 1).saturating_mul(reserve))
+            .max(1)
+    }
+
+    /// Counts a record of route `route` becoming unfinished (`true`) or finished (`false`).
+    /// Returns the topic to pause or resume at the source when the route reached its `share`
+    /// or fell below it.
+    pub(crate) fn count(&mut self, route: usize, active: bool, share: usize) -> Option<(&str, bool)> {
+        let r = self.routes.get_mut(route)?;
+        if active {
+            r.active += 1;
+        } else {
+            r.active = r.active.saturating_sub(1);
+        }
+        let full = r.active >= share;
+        if full == r.paused {
+            return None;
+        }
+        r.paused = full;
+        Some((&r.topic, full))
+    }
+
+    /// The most records one fetch may bring so that no route exceeds its `share`: what the
+    /// fullest route that is not paused has left. 0 when every route is paused.
+    pub(crate) fn fetch_room(&self, share: usize) -> usize {
+        self.routes
+            .iter()
+            .filter(|r| !r.paused)
+            .map(|r| share.saturating_sub(r.active))
+            .min()
+            .unwrap_or(0)
     }
 
     /// Queues a fetched record for route `route`'s service.
@@ -150,5 +197,44 @@ where
     /// Calls route `route`'s service, which [`poll_next_ready`](Self::poll_next_ready) found ready.
     pub(crate) fn call(&mut self, route: usize, job: Job) -> Svc::Future {
         self.routes[route].service.call(job)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn routes(n: usize) -> Routes<()> {
+        let mut routes = Routes::default();
+        for i in 0..n {
+            routes.insert(Arc::from(format!("t{i}")), ());
+        }
+        routes
+    }
+
+    #[test]
+    fn one_route_may_use_every_slot_and_more_routes_keep_a_reserve_each() {
+        assert_eq!(routes(1).share(64), 64);
+        assert_eq!(routes(2).share(64), 56);
+        assert_eq!(routes(4).share(64), 52);
+        assert_eq!(routes(3).share(4), 2);
+        assert_eq!(routes(8).share(4), 1);
+    }
+
+    #[test]
+    fn a_route_at_its_share_is_paused_and_fetches_leave_room_for_the_others() {
+        let mut r = routes(2);
+        let share = r.share(8);
+        assert_eq!((share, r.fetch_room(share)), (7, 7));
+        for _ in 0..6 {
+            assert_eq!(r.count(0, true, share), None);
+        }
+        assert_eq!(r.fetch_room(share), 1);
+        assert_eq!(r.count(0, true, share), Some(("t0", true)));
+        assert_eq!(r.fetch_room(share), 7, "t1 has its whole share left");
+        assert_eq!(r.count(1, true, share), None);
+        assert_eq!(r.fetch_room(share), 6);
+        assert_eq!(r.count(0, false, share), Some(("t0", false)));
+        assert_eq!(r.fetch_room(share), 1);
     }
 }

@@ -65,6 +65,15 @@ pub trait ShareSource: Send + Sync + 'static {
         async { Ok(None) }
     }
 
+    /// Stops (`paused`) or resumes fetching records of `topic`; acknowledgements and renewals of
+    /// its records already held still flow. The worker pauses a route's topic while the route
+    /// holds its full share of the slots, so that one stuck route cannot fill the worker with
+    /// records it cannot start while other topics wait. The default ignores it: with such a
+    /// source a stuck route's records can still take every slot.
+    fn pause(&self, topic: &str, paused: bool) {
+        let _ = (topic, paused);
+    }
+
     /// The share group this source consumes as, for telemetry; `None` when it has no name (the
     /// default).
     fn group(&self) -> Option<&str> {

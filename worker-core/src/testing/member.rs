@@ -139,6 +139,13 @@ impl ShareSource for MemoryMember {
         receipt(result, latency)
     }
 
+    fn pause(&self, topic: &str, paused: bool) {
+        self.broker.shared.state().pause(self.index, topic, paused);
+        if !paused {
+            self.broker.shared.available.notify_waiters();
+        }
+    }
+
     async fn delivery_limit(&self) -> Result<Option<u16>> {
         let state = self.broker.shared.state();
         if state.fail_limit_reads {

@@ -68,6 +68,8 @@ struct Member {
     name: Arc<str>,
     session: u32,
     closed: bool,
+    /// Topics this member does not fetch from for now.
+    paused: std::collections::HashSet<Arc<str>>,
 }
 
 /// One record to append, as given to [`MemoryBroker::produce_record`](super::MemoryBroker::produce_record).
@@ -179,6 +181,7 @@ impl State {
             name: Arc::from(name),
             session: 0,
             closed: false,
+            paused: std::collections::HashSet::new(),
         });
         self.members.len() - 1
     }
@@ -213,13 +216,25 @@ impl State {
 
     /// Acquires up to `max` available records for `member`, lowest offsets first, starting with
     /// a different partition each call.
+    /// Stops (or resumes) fetching `topic`'s records for `member`.
+    pub(crate) fn pause(&mut self, member: usize, topic: &str, paused: bool) {
+        let set = &mut self.members[member].paused;
+        if paused {
+            set.insert(Arc::from(topic));
+        } else {
+            set.remove(topic);
+        }
+    }
+
     pub(crate) fn acquire(&mut self, member: usize, max: u32, now: Instant) -> Vec<Delivery> {
         let mut out = Vec::new();
         let max = usize::try_from(max).unwrap_or(usize::MAX);
+        let paused = &self.members[member].paused;
         let all: Vec<(usize, usize)> = self
             .topics
             .iter()
             .enumerate()
+            .filter(|(t, _)| !paused.contains(&self.topic_names[*t]))
             .flat_map(|(t, topic)| (0..topic.partitions.len()).map(move |p| (t, p)))
             .collect();
         if all.is_empty() || max == 0 {

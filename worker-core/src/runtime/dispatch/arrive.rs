@@ -36,8 +36,8 @@ where
         true
     }
 
-    /// Asks for min(concurrency − unfinished records, max_poll_records) records, if fetching is
-    /// allowed now. Records whose acknowledgement is on the way do not count: the fetch carries (or
+    /// Asks for min(concurrency − unfinished records, max_poll_records, what the fullest route
+    /// may still take) records, if fetching is allowed now. Records whose acknowledgement is on the way do not count: the fetch carries (or
     /// overlaps) their acknowledgements, so a finished handler's successor does not wait a round
     /// trip for the broker's answer first.
     pub(super) fn start_fetch(&mut self, now: Instant) -> bool {
@@ -55,7 +55,8 @@ where
             .config
             .concurrency
             .saturating_sub(unfinished)
-            .min(self.slots.free());
+            .min(self.slots.free())
+            .min(self.routes.fetch_room(self.route_share));
         if room == 0 {
             return false;
         }
@@ -159,6 +160,9 @@ where
             drop(self.source.acknowledge(&delivery.id, AckKind::Release));
             return;
         };
+        if let Some(route) = route {
+            self.count_route(route, true);
+        }
         if let Some(job) = self.slots.get(key) {
             self.observer.step(
                 Subject {

@@ -98,6 +98,8 @@ where
     source: &'a S,
     config: &'a Config,
     routes: Routes<Svc>,
+    /// How many unfinished records one route may hold (see [`Routes::share`]).
+    route_share: usize,
     slots: Slots,
     policy: Policy,
     /// When each record's lock is renewed next.
@@ -154,6 +156,7 @@ where
         Self {
             source,
             config,
+            route_share: routes.share(config.concurrency),
             routes,
             slots: Slots::new(config.concurrency.saturating_mul(2)),
             policy: limit::policy_for(&config.policy, delivery_limit),

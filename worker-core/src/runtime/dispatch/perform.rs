@@ -60,6 +60,7 @@ where
         mut delivery: Option<Delivery>,
         now: Instant,
     ) {
+        let route = self.slots.get(key).and_then(|job| job.route);
         for effect in step.effects {
             match effect {
                 Effect::Enqueue => {
@@ -112,6 +113,28 @@ where
         }
         if let Some((_, false)) = after {
             self.unschedule(key);
+        }
+        let unfinished = |phase: Option<Phase<Instant>>| {
+            phase.is_some_and(|phase| !matches!(phase, Phase::Acking(_)))
+        };
+        let (was, is) = (unfinished(Some(before)), unfinished(after.map(|(p, _)| p)));
+        if let Some(route) = route
+            && was != is
+        {
+            self.count_route(route, is);
+        }
+    }
+
+    /// Counts a record of `route` becoming unfinished or finished, pausing the route's topic at
+    /// the source while the route holds its full share of the slots.
+    pub(super) fn count_route(&mut self, route: usize, unfinished: bool) {
+        if let Some((topic, pause)) = self.routes.count(route, unfinished, self.route_share) {
+            self.source.pause(topic, pause);
+            if pause {
+                tracing::debug!(topic, share = self.route_share, "route full: pausing its topic");
+            } else {
+                tracing::debug!(topic, "route has room again: resuming its topic");
+            }
         }
     }
 

@@ -2,6 +2,7 @@
 //! dispatch loop against a mocked port, and the load, renewal and shutdown scenarios.
 
 mod dlq_down;
+mod fairness;
 mod flow;
 mod load;
 mod mock;
