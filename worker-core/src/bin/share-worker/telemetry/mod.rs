@@ -124,4 +124,8 @@ impl WorkerState for Running {
     fn assigned_partitions(&self) -> usize {
         self.source.assignment().len()
     }
+
+    fn stalls(&self) -> Option<(u64, Duration)> {
+        self.health.stalls()
+    }
 }

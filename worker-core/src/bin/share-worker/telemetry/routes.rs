@@ -29,6 +29,8 @@ pub(crate) trait WorkerState: Debug + Send + Sync + 'static {
     fn readiness(&self) -> Result<(), String>;
     /// How many partitions the group assigned to this member.
     fn assigned_partitions(&self) -> usize;
+    /// How often the worker's loop stalled, and how late it was the last time.
+    fn stalls(&self) -> Option<(u64, Duration)>;
 }
 
 /// What the endpoints report on.
@@ -48,6 +50,16 @@ impl Probes {
             Some(worker) => worker.liveness(self.max_silence),
             None => Ok(()),
         }
+    }
+
+    /// A line on the loop's stalls, if it ever stalled: alive again, but something blocked every
+    /// runtime thread long enough to endanger locks.
+    fn stalls(&self) -> Option<String> {
+        let (count, last) = self.worker.get()?.stalls()?;
+        Some(format!(
+            "dispatcher stalls: {count} (the last {} late: something blocked every runtime thread)\n",
+            humantime::format_duration(last)
+        ))
     }
 
     fn readiness(&self) -> Result<(), String> {
@@ -78,8 +90,13 @@ pub(crate) fn router(probes: Arc<Probes>) -> Router {
         ))
 }
 
+/// 200 `ok` while the loop runs (followed by a line on its stalls if it ever stalled), else 503
+/// with the reason.
 async fn healthz(State(probes): State<Arc<Probes>>) -> Response {
-    answer(probes.liveness(), "ok\n")
+    match (probes.liveness(), probes.stalls()) {
+        (Ok(()), Some(stalls)) => (StatusCode::OK, format!("ok\n{stalls}")).into_response(),
+        (result, _) => answer(result, "ok\n"),
+    }
 }
 
 async fn readyz(State(probes): State<Arc<Probes>>) -> Response {
@@ -132,6 +149,7 @@ mod tests {
         silent_for: Duration,
         readiness: Result<(), String>,
         partitions: usize,
+        stalls: Option<(u64, Duration)>,
     }
 
     impl Default for Fake {
@@ -140,6 +158,7 @@ mod tests {
                 silent_for: Duration::from_millis(200),
                 readiness: Ok(()),
                 partitions: 2,
+                stalls: None,
             }
         }
     }
@@ -161,6 +180,10 @@ mod tests {
 
         fn assigned_partitions(&self) -> usize {
             self.partitions
+        }
+
+        fn stalls(&self) -> Option<(u64, Duration)> {
+            self.stalls
         }
     }
 
@@ -221,6 +244,20 @@ mod tests {
         };
         let app = app(Some(busy), DlqTopics::Present);
         assert_eq!(get(app, "/healthz").await, (StatusCode::OK, "ok\n".into()));
+    }
+
+    #[tokio::test]
+    async fn healthz_names_past_stalls_of_a_live_loop() {
+        let recovered = Fake {
+            stalls: Some((2, Duration::from_millis(1500))),
+            ..Fake::default()
+        };
+        let (status, body) = get(app(Some(recovered), DlqTopics::Present), "/healthz").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            body,
+            "ok\ndispatcher stalls: 2 (the last 1s 500ms late: something blocked every runtime thread)\n"
+        );
     }
 
     #[tokio::test]
