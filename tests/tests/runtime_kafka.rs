@@ -259,3 +259,174 @@ async fn shutdown_accepts_what_finished_and_hands_the_rest_over_at_once() -> any
     );
     Ok(())
 }
+
+/// Two runtime threads, 40 records in flight, a 2 s lock: one handler blocks its thread for 6 s
+/// with `std::thread::sleep`, the others wait 3 s asynchronously. Handlers run as tasks of their
+/// own, so the blocked thread stops only its own handler: the dispatcher keeps renewing every
+/// lock on the other thread and no record is delivered twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_blocks_its_thread_stops_no_other_record() -> anyhow::Result<()> {
+    const RECORDS: usize = 40;
+    let lock = Duration::from_secs(2);
+    let (admin, topic, group) = prepared(RECORDS, Some(lock)).await?;
+    let deliveries: Arc<Mutex<HashMap<i64, Vec<u16>>>> = Arc::default();
+    let ledger = deliveries.clone();
+    let worker = Worker::builder(source(&topic, &group).await?)
+        .route(
+            topic.as_str(),
+            service_fn(move |job: Job| {
+                let offset = job.id().offset;
+                ledger
+                    .lock()
+                    .expect("ledger")
+                    .entry(offset)
+                    .or_default()
+                    .push(job.attempt());
+                async move {
+                    if offset == 0 {
+                        // The mistake under test: a synchronous wait inside an async handler.
+                        std::thread::sleep(Duration::from_secs(6));
+                    } else {
+                        tokio::time::sleep(Duration::from_secs(3)).await;
+                    }
+                    Ok::<_, Infallible>(Outcome::Accept)
+                }
+            }),
+        )
+        .concurrency(RECORDS)
+        .build()?;
+    let health = worker.health();
+    let shutdown = worker.shutdown_handle();
+    let running = tokio::spawn(worker.run());
+    wait_for("the lag to reach 0", Duration::from_secs(60), async || {
+        Ok(admin.share_group_lag(&group, &topic).await? == 0)
+    })
+    .await?;
+    shutdown.shutdown();
+    let summary = running.await??;
+
+    let deliveries = deliveries.lock().expect("ledger");
+    assert_eq!(deliveries.len(), RECORDS);
+    for (offset, attempts) in deliveries.iter() {
+        assert_eq!(attempts, &vec![1], "offset {offset} was delivered again");
+    }
+    assert_eq!(summary.accepted, RECORDS as u64, "{summary:?}");
+    assert_eq!(summary.renewal_failures, 0, "no lock ran out: {summary:?}");
+    assert_eq!(summary.possible_duplicates, 0, "{summary:?}");
+    assert_eq!(summary.dispatcher_stalls, 0, "one blocked thread is no stall");
+    assert_eq!(health.stalls(), None);
+    Ok(())
+}
+
+/// Every runtime thread blocked at once (two handlers sleeping synchronously on a two-thread
+/// runtime) stalls the dispatcher itself: it logs and counts the stall (summary, health and the
+/// `share_worker.dispatcher.stalls` metric) and, catching up, renews first, so with a 4 s lock
+/// and a 2.6 s stall no lock is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_of_every_runtime_thread_is_counted_and_survived() -> anyhow::Result<()> {
+    let lock = Duration::from_secs(4);
+    let (admin, topic, group) = prepared(2, Some(lock)).await?;
+    let metrics = tests::metrics::InMemory::new();
+    let deliveries: Arc<Mutex<Vec<(i64, u16)>>> = Arc::default();
+    let ledger = deliveries.clone();
+    let worker = Worker::builder(source(&topic, &group).await?)
+        .route(
+            topic.as_str(),
+            service_fn(move |job: Job| {
+                ledger
+                    .lock()
+                    .expect("ledger")
+                    .push((job.id().offset, job.attempt()));
+                async move {
+                    std::thread::sleep(Duration::from_millis(2600));
+                    Ok::<_, Infallible>(Outcome::Accept)
+                }
+            }),
+        )
+        .concurrency(2)
+        .meter(metrics.meter())
+        .build()?;
+    let health = worker.health();
+    let shutdown = worker.shutdown_handle();
+    let running = tokio::spawn(worker.run());
+    wait_for("the lag to reach 0", Duration::from_secs(60), async || {
+        Ok(admin.share_group_lag(&group, &topic).await? == 0)
+    })
+    .await?;
+    shutdown.shutdown();
+    let summary = running.await??;
+
+    assert!(summary.dispatcher_stalls >= 1, "{summary:?}");
+    let (stalls, last) = health.stalls().context("the health shows the stall")?;
+    assert_eq!(stalls, summary.dispatcher_stalls);
+    assert!(last >= Duration::from_secs(1), "late by {last:?}");
+    assert_eq!(
+        metrics.sum(worker_core::telemetry::names::DISPATCHER_STALLS),
+        summary.dispatcher_stalls as f64
+    );
+    assert_eq!(
+        *deliveries.lock().expect("ledger"),
+        vec![(0, 1), (1, 1)],
+        "renewed in time after the stall: nothing delivered twice"
+    );
+    assert_eq!(summary.renewal_failures, 0, "{summary:?}");
+    Ok(())
+}
+
+/// Two topics, the handler of one stuck for 10 s with records to spare: the other topic's
+/// records are all handled meanwhile, because the stuck route holds at most its share of the
+/// slots and its topic is paused at the broker while it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_route_leaves_the_other_topic_flowing() -> anyhow::Result<()> {
+    let (admin, stuck, group) = prepared(100, Some(Duration::from_secs(30))).await?;
+    let fast = unique("fast");
+    admin.create_topic(&fast, 1, 1).await?;
+    produce(
+        &producer(&[("linger.ms", "5")])?,
+        &fast,
+        Some(0),
+        (0..50).map(|i| format!("fast-{i}")),
+    )
+    .await?;
+    let handled = Arc::new(AtomicUsize::new(0));
+    let counter = handled.clone();
+    let source = KafkaSource::builder(tests::bootstrap(), &group)
+        .topic(&stuck)
+        .topic(&fast)
+        .build()
+        .await?;
+    let worker = Worker::builder(source)
+        .route(
+            stuck.as_str(),
+            service_fn(|_job: Job| async {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                Ok::<_, Infallible>(Outcome::Accept)
+            }),
+        )
+        .route(
+            fast.as_str(),
+            service_fn(move |_job: Job| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<_, Infallible>(Outcome::Accept) }
+            }),
+        )
+        .concurrency(8)
+        .build()?;
+    let shutdown = worker.shutdown_handle();
+    let started = Instant::now();
+    let running = tokio::spawn(worker.run());
+    wait_for("the fast topic's lag to reach 0", Duration::from_secs(30), async || {
+        Ok(admin.share_group_lag(&group, &fast).await? == 0)
+    })
+    .await?;
+    let took = started.elapsed();
+    shutdown.shutdown();
+    let summary = running.await??;
+    assert!(
+        took < Duration::from_secs(9),
+        "the fast topic took {took:?}: it waited for the stuck route"
+    );
+    assert_eq!(handled.load(Ordering::SeqCst), 50, "{summary:?}");
+    assert_eq!(summary.renewal_failures, 0, "{summary:?}");
+    Ok(())
+}
