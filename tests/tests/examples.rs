@@ -83,7 +83,7 @@ async fn the_sms_worker_sends_every_valid_message_and_dead_letters_the_rest() ->
     .route(topic.as_str(), send_sms.into_service(gateway.clone()))
     .concurrency(100)
     .backoff(demo_backoff())
-    .dlq(Arc::new(dlq))
+    .dlq(dlq)
     .build()?;
     let summary =
         run_until_drained(worker, &admin, &group, &topic, Duration::from_secs(120)).await?;
@@ -150,7 +150,7 @@ async fn the_webhook_notifier_delivers_every_event_and_times_out_hung_endpoints(
     )
     .concurrency(100)
     .backoff(demo_backoff())
-    .dlq(Arc::new(dlq))
+    .dlq(dlq)
     .build()?;
     let summary =
         run_until_drained(worker, &admin, &group, &topic, Duration::from_secs(120)).await?;

@@ -286,7 +286,7 @@ async fn session_loss_fails_acks_and_consumption_resumes() -> Result<()> {
     produce(&topic, 20).await?;
     let src = source(&group, &topic).await?;
     let held = fetch_n(&src, 10, 10, Duration::from_secs(30)).await?;
-    src.__drop_connections();
+    src.drop_connections();
     let results =
         futures::future::join_all(held.iter().map(|d| src.acknowledge(&d.id, AckKind::Accept)))
             .await;

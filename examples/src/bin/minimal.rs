@@ -31,7 +31,7 @@ async fn main() -> worker_core::Result<()> {
             }),
         )
         .concurrency(256)
-        .dlq(Arc::new(dlq))
+        .dlq(dlq)
         .build()?;
     let summary = worker.run_until_signal().await?; // ctrl-c / SIGTERM: graceful shutdown
     println!("{summary:?}");

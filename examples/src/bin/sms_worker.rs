@@ -35,7 +35,7 @@ async fn main() -> worker_core::Result<()> {
         .job(send_sms, gateway)
         .concurrency(200)
         .backoff(demo_backoff())
-        .dlq(Arc::new(dlq))
+        .dlq(dlq)
         .build()?
         .run_until_signal()
         .await?;

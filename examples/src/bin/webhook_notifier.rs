@@ -31,7 +31,7 @@ async fn main() -> worker_core::Result<()> {
         .route("webhooks", service(endpoints, Duration::from_secs(2), 500))
         .concurrency(100)
         .backoff(demo_backoff())
-        .dlq(Arc::new(dlq))
+        .dlq(dlq)
         .build()?
         .run_until_signal()
         .await?;

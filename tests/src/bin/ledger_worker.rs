@@ -58,7 +58,7 @@ async fn main() -> anyhow::Result<()> {
             Duration::from_millis(200),
             Duration::from_secs(2),
         ))
-        .dlq(Arc::new(dlq))
+        .dlq(dlq)
         .build()?;
     let summary = worker.run_until_signal().await?;
     eprintln!("ledger_worker: {summary:?}");

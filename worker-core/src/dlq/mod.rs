@@ -60,3 +60,11 @@ pub trait DlqSink: Debug + Send + Sync + 'static {
     /// Writes one dead letter and waits for it to be confirmed.
     async fn send(&self, letter: &DeadLetter) -> Result<(), DlqError>;
 }
+
+/// A shared sink is a sink: one sink object may serve several workers.
+#[async_trait::async_trait]
+impl<T: DlqSink + ?Sized> DlqSink for Arc<T> {
+    async fn send(&self, letter: &DeadLetter) -> Result<(), DlqError> {
+        (**self).send(letter).await
+    }
+}

@@ -72,6 +72,31 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Blocking work
+//!
+//! Each handler call is a task of its own, so an `await` in one never holds up another. Work that
+//! blocks its thread instead (a synchronous client, `std::thread::sleep`, rendering a large PDF)
+//! belongs in [`tokio::task::spawn_blocking`]: a blocked runtime thread runs nothing else, and if
+//! every one is blocked the worker cannot renew locks either.
+//!
+//! ```
+//! use worker_core::handler::{JobError, handler};
+//!
+//! fn render_invoice(order: &str) -> Vec<u8> {
+//!     order.as_bytes().repeat(2) // stands for CPU-heavy, synchronous work
+//! }
+//!
+//! #[handler(topic = "invoices", name = "render_invoice")]
+//! async fn render(order: String) -> Result<(), JobError> {
+//!     let pdf = tokio::task::spawn_blocking(move || render_invoice(&order))
+//!         .await
+//!         .map_err(|e| JobError::retry(format!("the renderer panicked: {e}")))?;
+//!     let _ = pdf;
+//!     Ok(())
+//! }
+//! # let _ = render;
+//! ```
 
 mod definition;
 mod error;

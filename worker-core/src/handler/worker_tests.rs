@@ -49,7 +49,7 @@ async fn a_handler_job_runs_in_the_worker() -> crate::Result<()> {
     let dlq = MemoryDlq::new();
     let worker = Worker::builder(broker.member("worker-1"))
         .job(send_sms, sent.clone())
-        .dlq(Arc::new(dlq.clone()))
+        .dlq(dlq.clone())
         .concurrency(8)
         .build()?;
     let shutdown = worker.shutdown_handle();

@@ -32,11 +32,13 @@
 mod ack_queue;
 mod acks;
 mod admin;
-#[doc(hidden)]
-pub mod __bench {
-    //! Benchmark entry points; not public API.
+/// Entry points for this workspace's criterion benchmarks (feature `bench-internals`); not a
+/// stable API.
+#[cfg(feature = "bench-internals")]
+pub mod bench {
     pub use super::bench_support::{decode_acquired, sample_records};
 }
+#[cfg(feature = "bench-internals")]
 mod bench_support;
 mod cluster;
 mod codec;

@@ -138,9 +138,10 @@ impl KafkaSource {
     }
 
     /// Drops every broker connection at once, as a network failure would: the share sessions are
-    /// lost, their records go back to the group and queued acknowledgements fail. For tests.
-    #[doc(hidden)]
-    pub fn __drop_connections(&self) {
+    /// lost, their records go back to the group and queued acknowledgements fail. For tests of
+    /// session loss (feature `test-util`).
+    #[cfg(feature = "test-util")]
+    pub fn drop_connections(&self) {
         if let Ok(sessions) = self.inner.sessions.lock() {
             for handle in sessions.values() {
                 handle.shared.disconnect();

@@ -174,8 +174,8 @@ impl<S: ShareSource> WorkerBuilder<S> {
     ///
     /// **Without a sink those records are REJECTed at once and only logged**: the broker archives
     /// them and their payloads are kept nowhere. Configure one in production.
-    pub fn dlq(mut self, sink: Arc<dyn DlqSink>) -> Self {
-        self.config.policy.dlq = Some(sink);
+    pub fn dlq(mut self, sink: impl DlqSink) -> Self {
+        self.config.policy.dlq = Some(Arc::new(sink));
         self
     }
 

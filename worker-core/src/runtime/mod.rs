@@ -25,10 +25,18 @@
 //!   [`Worker::run_until_signal`]) the worker stops fetching, waits up to `shutdown_grace` for
 //!   running handlers, acknowledges what finished, cancels and releases the rest, then closes the
 //!   source. [`Worker::run`] returns a [`Summary`].
-//! - **Execution.** Handler futures are driven by the worker's own task, not a task per record:
-//!   the only allocation per record beyond the source's is the route's boxed service future. Do
-//!   not block the thread in a handler: move CPU-heavy work to `spawn_blocking` (or `tokio::spawn`
-//!   inside the handler), since a blocked worker task also delays its lock renewals.
+//! - **Execution.** Every handler call runs as a tokio task of its own on the runtime the worker
+//!   runs in, so handler CPU work uses every worker thread. The dispatcher's own task only
+//!   fetches, hands out, renews, acknowledges and keeps deadlines: a handler that blocks its thread
+//!   stops only itself. Still, move blocking work (a synchronous client, heavy CPU) to
+//!   [`tokio::task::spawn_blocking`]: when every runtime thread is blocked the dispatcher cannot
+//!   run either. It notices when it runs late by more than a quarter of the shortest lock (at
+//!   least 500 ms), logs and counts the stall ([`WorkerHealth::stalls`],
+//!   `share_worker.dispatcher.stalls`) and sends the due renewals first.
+//! - **Fair routes.** With several routes each keeps a reserve of the slots: a route holds at most
+//!   `concurrency` − (routes − 1) × max(1, `concurrency` / (4 × routes)) unfinished records, and
+//!   while it does its topic is paused at the source ([`ShareSource::pause`]), so a route whose
+//!   handlers are stuck leaves the other topics flowing. One route may use every slot.
 //! - **Telemetry.** Every record gets a `process` span (OpenTelemetry messaging conventions, parent
 //!   from its `traceparent` header) that the handler runs inside, and the worker records
 //!   OpenTelemetry metrics: see [`telemetry`](crate::telemetry).

@@ -35,7 +35,7 @@ use crate::{Error, ErrorKind};
 ///     .route("sms", service_fn(|_job: Job| async {
 ///         Ok::<_, std::convert::Infallible>(Outcome::undecodable("expected +<digits>: <text>"))
 ///     }))
-///     .dlq(Arc::new(dlq.clone()))
+///     .dlq(dlq.clone())
 ///     .build()?;
 /// let shutdown = worker.shutdown_handle();
 /// let running = tokio::spawn(worker.run());

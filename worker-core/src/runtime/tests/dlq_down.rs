@@ -25,7 +25,7 @@ fn worker(broker: &MemoryBroker, dlq: &MemoryDlq) -> Worker<crate::testing::Memo
             }),
         )
         .concurrency(4)
-        .dlq(Arc::new(dlq.clone()))
+        .dlq(dlq.clone())
         .dlq_backoff(Backoff::exponential(
             Duration::from_millis(200),
             Duration::from_secs(2),
@@ -185,7 +185,7 @@ async fn a_lock_lost_while_dead_lettering_still_writes_the_letter() {
                 }
             }),
         )
-        .dlq(Arc::new(dlq.clone()))
+        .dlq(dlq.clone())
         .dlq_backoff(Backoff::exponential(
             Duration::from_millis(200),
             Duration::from_secs(1),

@@ -202,7 +202,7 @@ async fn the_last_attempt_goes_to_the_dlq() {
             Duration::from_millis(100),
             Duration::from_secs(1),
         ))
-        .dlq(Arc::new(dlq.clone()))
+        .dlq(dlq.clone())
         .build()
         .unwrap();
     let b = broker.clone();
@@ -284,7 +284,7 @@ async fn a_delivery_at_the_limit_is_dead_lettered_without_the_handler() {
                 async { Outcome::Accept }
             }),
         )
-        .dlq(Arc::new(dlq.clone()))
+        .dlq(dlq.clone())
         .build()
         .unwrap();
     let b = broker.clone();
@@ -311,7 +311,7 @@ async fn undecodable_payloads_go_to_the_dlq_at_once() {
             "t",
             handler(|_| async { Outcome::undecodable("expected value at line 1 column 2") }),
         )
-        .dlq(Arc::new(dlq.clone()))
+        .dlq(dlq.clone())
         .build()
         .unwrap();
     let b = broker.clone();
@@ -337,7 +337,7 @@ async fn rejects_go_to_the_dlq_unless_switched_off() {
                 "t",
                 handler(|_| async { Outcome::reject("unknown customer") }),
             )
-            .dlq(Arc::new(dlq.clone()))
+            .dlq(dlq.clone())
             .dlq_on_reject(on)
             .build()
             .unwrap();
@@ -402,7 +402,7 @@ async fn max_attempts_overrides_the_limit() {
             Duration::from_millis(10),
             Duration::from_millis(10),
         ))
-        .dlq(Arc::new(dlq.clone()))
+        .dlq(dlq.clone())
         .build()
         .unwrap();
     let b = broker.clone();
@@ -490,7 +490,7 @@ async fn undecodable_records_are_dead_lettered_without_a_handler() {
                 async { Outcome::Accept }
             }),
         )
-        .dlq(Arc::new(dlq.clone()))
+        .dlq(dlq.clone())
         .build()
         .unwrap();
     let b = broker.clone();
@@ -550,7 +550,7 @@ async fn an_unreadable_delivery_limit_stops_the_start_unless_one_is_assumed() {
     let worker = Worker::builder(broker.member("b"))
         .route("t", handler(|_| async { Outcome::retry("down") }))
         .assume_delivery_limit(2)
-        .dlq(Arc::new(dlq.clone()))
+        .dlq(dlq.clone())
         .build()
         .unwrap();
     let b = broker.clone();
@@ -573,7 +573,7 @@ async fn a_changed_delivery_limit_applies_while_the_worker_runs() {
                 .jitter(false),
         )
         .delivery_limit_refresh(Duration::from_secs(5))
-        .dlq(Arc::new(dlq.clone()))
+        .dlq(dlq.clone())
         .build()
         .unwrap();
     let shutdown = worker.shutdown_handle();

@@ -66,7 +66,7 @@ async fn a_records_span_continues_its_traceparent_and_carries_the_documented_att
                 }
             }),
         )
-        .dlq(Arc::new(dlq.clone()))
+        .dlq(dlq.clone())
         .build()
         .unwrap();
     let b = broker.clone();
@@ -286,7 +286,7 @@ async fn every_metric_moves_with_the_records() {
             }),
         )
         .backoff(Backoff::exponential(Duration::from_secs(3), Duration::from_secs(3)).jitter(false))
-        .dlq(Arc::new(dlq.clone()))
+        .dlq(dlq.clone())
         .dlq_backoff(
             Backoff::exponential(Duration::from_secs(1), Duration::from_secs(1)).jitter(false),
         )
