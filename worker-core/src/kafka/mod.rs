@@ -32,6 +32,7 @@
 mod ack_queue;
 mod acks;
 mod admin;
+mod authenticate;
 #[doc(hidden)]
 pub mod __bench {
     //! Benchmark entry points; not public API.
@@ -51,6 +52,7 @@ mod session;
 mod source;
 #[cfg(feature = "test-util")]
 pub mod test_util;
+mod transport;
 mod wire;
 
 #[cfg(test)]

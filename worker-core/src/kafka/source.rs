@@ -17,6 +17,7 @@ use super::config::KafkaConfig;
 use super::connection::ConnectOptions;
 use super::membership::{self, MemberSpec, MemberState};
 use super::records::InflateLimits;
+use crate::security::Prepared;
 use super::session::{self, FetchJob, SessionConfig, SessionHandle};
 use crate::source::{AckError, AckKind, AckReceipt, Delivery, DeliveryId, Lease, ShareSource};
 use crate::{Error, ErrorKind, Result};
@@ -92,6 +93,7 @@ impl KafkaSource {
                 client_id: config.client_id.clone(),
                 max_frame: config.max_frame_bytes,
                 request_timeout: config.request_timeout,
+                security: Prepared::new(&config.security)?,
             },
         ));
         let conn = cluster.connect_any().await?;

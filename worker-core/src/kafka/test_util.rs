@@ -36,6 +36,7 @@ pub async fn produce_raw(
             client_id: "share-worker-test-util".into(),
             max_frame: 16 << 20,
             request_timeout: Duration::from_secs(30),
+            security: crate::security::Prepared::default(),
         },
     );
     let meta = cluster.metadata(&[topic.to_owned()]).await?;
