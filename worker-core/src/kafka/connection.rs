@@ -68,9 +68,7 @@ impl Connection {
         put_compact_string(&mut body, Some("share-worker"));
         put_compact_string(&mut body, Some(env!("CARGO_PKG_VERSION")));
         put_empty_tags(&mut body);
-        let resp = conn
-            .request(API_VERSIONS, 3, &body, Duration::ZERO)
-            .await?;
+        let resp = conn.request(API_VERSIONS, 3, &body, Duration::ZERO).await?;
         conn.versions = decode_api_versions(resp)?;
         conn.authenticate().await?;
         Ok(conn)
@@ -255,6 +253,15 @@ impl Connection {
             Ok(size) => size,
             Err(e) => return Err(self.io_error(e)),
         };
+        if self.options.security.tls.is_none() && looks_like_tls(size) {
+            return Err(Error::new(
+                ErrorKind::Authentication,
+                format!(
+                    "broker {} answered in TLS: it is a TLS listener, so set security-protocol to ssl or sasl_ssl",
+                    self.addr
+                ),
+            ));
+        }
         let size =
             usize::try_from(size).map_err(|_| malformed(format_args!("frame size {size}")))?;
         if size > self.options.max_frame {
@@ -298,6 +305,13 @@ impl Connection {
         let rest = r.remaining();
         r.bytes(rest)
     }
+}
+
+/// Whether a frame's size field is really the start of a TLS record (an alert or a handshake,
+/// protocol version 3.x): what a TLS listener sends a client that speaks plain Kafka to it.
+fn looks_like_tls(size: i32) -> bool {
+    let [kind, major, ..] = size.to_be_bytes();
+    matches!(kind, 0x15 | 0x16) && major == 0x03
 }
 
 /// The most reserved for a frame before its bytes arrive.
@@ -440,4 +454,13 @@ mod tests {
     }
 
     const SHARE_FETCH_KEY: i16 = super::super::codec::SHARE_FETCH;
+
+    #[test]
+    fn a_tls_record_is_not_mistaken_for_a_frame_size() {
+        // An alert record header: type 21, TLS 1.2, length 2.
+        assert!(looks_like_tls(i32::from_be_bytes([0x15, 0x03, 0x03, 0x00])));
+        assert!(looks_like_tls(i32::from_be_bytes([0x16, 0x03, 0x01, 0x02])));
+        assert!(!looks_like_tls(1024));
+        assert!(!looks_like_tls(-1));
+    }
 }

@@ -62,6 +62,9 @@ impl TokenProvider {
     /// A token valid for a while yet, from a thread that may block (librdkafka's callbacks).
     pub(crate) fn token_blocking(&self) -> Result<Token> {
         let _ = &self.source;
-        Err(Error::new(ErrorKind::Config, "OAUTHBEARER tokens are not built yet"))
+        Err(Error::new(
+            ErrorKind::Config,
+            "OAUTHBEARER tokens are not built yet",
+        ))
     }
 }
