@@ -10,8 +10,8 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::{
-    Admin, DESCRIBE_SHARE_GROUP_OFFSETS, SHARE_GROUP_DESCRIBE, broker_error, call, codes, encode,
-    protocol_error,
+    Admin, DESCRIBE_SHARE_GROUP_OFFSETS, Patience, SHARE_GROUP_DESCRIBE, broker_error, call, codes,
+    encode, protocol_error,
 };
 use crate::kafka::wire::{Reader, capacity};
 use crate::{Error, ErrorKind, Result};
@@ -244,34 +244,40 @@ impl Admin {
     /// `group` as its coordinator describes it; `None` when the group does not exist
     /// (GROUP_ID_NOT_FOUND).
     async fn described_group(&self, group: &str) -> Result<Option<DescribedGroup>> {
-        let mut conn = self.coordinator(group).await?;
-        let mut req = ShareGroupDescribeRequest::default();
-        req.group_ids = vec![GroupId(StrBytes::from_string(group.to_string()))];
-        let groups = call(
-            &mut conn,
-            SHARE_GROUP_DESCRIBE,
-            |v| encode(&req, v),
-            |body, _| decode_share_group_describe(body),
-        )
-        .await?;
-        let described = groups
-            .into_iter()
-            .find(|g| g.group_id == group)
-            .ok_or_else(|| {
-                protocol_error(
-                    SHARE_GROUP_DESCRIBE,
-                    conn.addr(),
-                    format_args!("no result for group {group}"),
-                )
-            })?;
-        match described.error_code {
-            codes::NONE => Ok(Some(described)),
-            codes::GROUP_ID_NOT_FOUND => Ok(None),
-            code => Err(broker_error(
-                &format!("describing group {group} on broker {}", conn.addr()),
-                code,
-                described.error_message.as_deref(),
-            )),
+        let mut patience = Patience::new(self.cluster.options.request_timeout);
+        loop {
+            let mut conn = self.coordinator(group).await?;
+            let mut req = ShareGroupDescribeRequest::default();
+            req.group_ids = vec![GroupId(StrBytes::from_string(group.to_string()))];
+            let groups = call(
+                &mut conn,
+                SHARE_GROUP_DESCRIBE,
+                |v| encode(&req, v),
+                |body, _| decode_share_group_describe(body),
+            )
+            .await?;
+            let described = groups
+                .into_iter()
+                .find(|g| g.group_id == group)
+                .ok_or_else(|| {
+                    protocol_error(
+                        SHARE_GROUP_DESCRIBE,
+                        conn.addr(),
+                        format_args!("no result for group {group}"),
+                    )
+                })?;
+            match described.error_code {
+                codes::NONE => return Ok(Some(described)),
+                codes::GROUP_ID_NOT_FOUND => return Ok(None),
+                code if patience.wait_if_not_ready(code).await => continue,
+                code => {
+                    return Err(broker_error(
+                        &format!("describing group {group} on broker {}", conn.addr()),
+                        code,
+                        described.error_message.as_deref(),
+                    ));
+                }
+            }
         }
     }
 
@@ -381,26 +387,32 @@ impl Admin {
         );
         let mut req = DescribeShareGroupOffsetsRequest::default();
         req.groups = vec![rg];
-        let mut conn = self.coordinator(group).await?;
-        // The v1 request is the v0 one (only the response gained Lag), and kafka-protocol encodes
-        // only v0: encode v0 whatever the version sent.
-        let groups = call(
-            &mut conn,
-            DESCRIBE_SHARE_GROUP_OFFSETS,
-            |_| encode(&req, 0),
-            decode_share_group_offsets,
-        )
-        .await?;
-        let ours = groups
-            .into_iter()
-            .find(|g| g.group_id == group)
-            .ok_or_else(|| {
-                protocol_error(
-                    DESCRIBE_SHARE_GROUP_OFFSETS,
-                    conn.addr(),
-                    format_args!("no result for group {group}"),
-                )
-            })?;
+        let mut patience = Patience::new(self.cluster.options.request_timeout);
+        let (conn, ours) = loop {
+            let mut conn = self.coordinator(group).await?;
+            // The v1 request is the v0 one (only the response gained Lag), and kafka-protocol
+            // encodes only v0: encode v0 whatever the version sent.
+            let groups = call(
+                &mut conn,
+                DESCRIBE_SHARE_GROUP_OFFSETS,
+                |_| encode(&req, 0),
+                decode_share_group_offsets,
+            )
+            .await?;
+            let ours = groups
+                .into_iter()
+                .find(|g| g.group_id == group)
+                .ok_or_else(|| {
+                    protocol_error(
+                        DESCRIBE_SHARE_GROUP_OFFSETS,
+                        conn.addr(),
+                        format_args!("no result for group {group}"),
+                    )
+                })?;
+            if !patience.wait_if_not_ready(ours.error_code).await {
+                break (conn, ours);
+            }
+        };
         if ours.error_code != codes::NONE {
             return Err(broker_error(
                 &format!(

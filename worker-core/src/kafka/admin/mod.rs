@@ -217,16 +217,57 @@ impl Admin {
     }
 
     /// A connection to `group`'s coordinator (FindCoordinator, key type GROUP).
+    ///
+    /// A cluster that has just started has no coordinator yet (its internal topics are being
+    /// created): that answer is retried with backoff for up to the request timeout.
     async fn coordinator(&self, group: &str) -> Result<Connection> {
-        let c = self.cluster.find_coordinator(group).await?;
-        if c.error_code != codes::NONE {
-            return Err(broker_error(
-                &format!("finding the coordinator of group {group}"),
-                c.error_code,
-                c.error_message.as_deref(),
-            ));
+        let mut patience = Patience::new(self.cluster.options.request_timeout);
+        loop {
+            let c = self.cluster.find_coordinator(group).await?;
+            if c.error_code == codes::NONE {
+                return Connection::connect(&c.addr, &self.cluster.options).await;
+            }
+            if !patience.wait_if_not_ready(c.error_code).await {
+                return Err(broker_error(
+                    &format!("finding the coordinator of group {group}"),
+                    c.error_code,
+                    c.error_message.as_deref(),
+                ));
+            }
         }
-        Connection::connect(&c.addr, &self.cluster.options).await
+    }
+}
+
+/// Waits out a coordinator that is not ready yet (a cluster just started, a coordinator moving
+/// or loading its state), with backoff, for a bounded time.
+struct Patience {
+    deadline: tokio::time::Instant,
+    backoff: Duration,
+}
+
+impl Patience {
+    fn new(limit: Duration) -> Self {
+        Self {
+            deadline: tokio::time::Instant::now() + limit,
+            backoff: Duration::from_millis(100),
+        }
+    }
+
+    /// `true` (after a pause) when `code` says the coordinator is not ready and there is time
+    /// left to wait for it; `false` when the answer should be returned as it is.
+    async fn wait_if_not_ready(&mut self, code: i16) -> bool {
+        let not_ready = matches!(
+            code,
+            codes::COORDINATOR_NOT_AVAILABLE
+                | codes::COORDINATOR_LOAD_IN_PROGRESS
+                | codes::NOT_COORDINATOR
+        );
+        if !not_ready || tokio::time::Instant::now() + self.backoff > self.deadline {
+            return false;
+        }
+        tokio::time::sleep(self.backoff).await;
+        self.backoff = (self.backoff * 2).min(Duration::from_secs(1));
+        true
     }
 }
 
