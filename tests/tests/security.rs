@@ -233,16 +233,14 @@ async fn sessions_are_authenticated_again_before_they_run_out() -> anyhow::Resul
         .build()?;
     let shutdown = worker.shutdown_handle();
     let running = tokio::spawn(worker.run());
-    let waited = wait_for(
+    wait_for(
         "every record accepted",
         Duration::from_secs(90),
         async || Ok(admin.share_group_lag(&group, &topic).await? == 0),
     )
-    .await;
+    .await?;
     shutdown.shutdown();
     let summary = running.await??;
-    eprintln!("{summary:?} {:?}", counts.lock().expect("counts"));
-    waited?;
     ensure!(
         started.elapsed() > Duration::from_secs(30),
         "ran {:?}",
