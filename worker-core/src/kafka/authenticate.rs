@@ -19,7 +19,10 @@ pub(crate) const SASL_AUTHENTICATE: i16 = 36;
 
 /// Runs one authentication with `sasl` on `conn`. Returns how long the session lasts, when the
 /// broker limits it.
-pub(crate) async fn authenticate(conn: &mut Connection, sasl: &SaslConfig) -> Result<Option<Duration>> {
+pub(crate) async fn authenticate(
+    conn: &mut Connection,
+    sasl: &SaslConfig,
+) -> Result<Option<Duration>> {
     let mechanism = sasl.mechanism_name();
     let addr = conn.addr().to_owned();
     let refused = |why: String| {
@@ -31,7 +34,12 @@ pub(crate) async fn authenticate(conn: &mut Connection, sasl: &SaslConfig) -> Re
     conn.version(SASL_HANDSHAKE, (1, 1))?;
     conn.version(SASL_AUTHENTICATE, (2, 2))?;
     let handshake = conn
-        .request(SASL_HANDSHAKE, 1, &encode_handshake(mechanism), Duration::ZERO)
+        .request(
+            SASL_HANDSHAKE,
+            1,
+            &encode_handshake(mechanism),
+            Duration::ZERO,
+        )
         .await?;
     let (code, offered) = decode_handshake(handshake)?;
     match code {
@@ -46,7 +54,12 @@ pub(crate) async fn authenticate(conn: &mut Connection, sasl: &SaslConfig) -> Re
                 }
             )));
         }
-        code => return Err(refused(format!("SaslHandshake answered error {}", codes::describe(code)))),
+        code => {
+            return Err(refused(format!(
+                "SaslHandshake answered error {}",
+                codes::describe(code)
+            )));
+        }
     }
     let mut exchange = sasl.exchange().await?;
     let mut server: Option<Bytes> = None;
@@ -59,7 +72,12 @@ pub(crate) async fn authenticate(conn: &mut Connection, sasl: &SaslConfig) -> Re
             return Ok(lifetime);
         };
         let answer = conn
-            .request(SASL_AUTHENTICATE, 2, &encode_authenticate(&message), Duration::ZERO)
+            .request(
+                SASL_AUTHENTICATE,
+                2,
+                &encode_authenticate(&message),
+                Duration::ZERO,
+            )
             .await?;
         let answer = decode_authenticate(answer)?;
         if answer.error_code != codes::NONE {
@@ -101,7 +119,10 @@ fn decode_handshake(body: Bytes) -> Result<(i16, Vec<String>)> {
 /// SaslAuthenticate v2: the mechanism's message as compact bytes.
 fn encode_authenticate(message: &[u8]) -> BytesMut {
     let mut buf = BytesMut::with_capacity(message.len() + 8);
-    put_uvarint(&mut buf, u32::try_from(message.len() + 1).unwrap_or(u32::MAX));
+    put_uvarint(
+        &mut buf,
+        u32::try_from(message.len() + 1).unwrap_or(u32::MAX),
+    );
     buf.put_slice(message);
     put_empty_tags(&mut buf);
     buf
@@ -143,7 +164,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn requests_are_what_the_crate_encodes() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    fn requests_are_what_the_crate_encodes() -> std::result::Result<(), Box<dyn std::error::Error>>
+    {
         let mut theirs = BytesMut::new();
         let mut req = SaslHandshakeRequest::default();
         req.mechanism = StrBytes::from_static_str("SCRAM-SHA-512");
@@ -161,16 +183,24 @@ mod tests {
     fn responses_decode_like_the_crate() -> std::result::Result<(), Box<dyn std::error::Error>> {
         let mut resp = SaslHandshakeResponse::default();
         resp.error_code = codes::UNSUPPORTED_SASL_MECHANISM;
-        resp.mechanisms = vec![StrBytes::from_static_str("PLAIN"), StrBytes::from_static_str("SCRAM-SHA-256")];
+        resp.mechanisms = vec![
+            StrBytes::from_static_str("PLAIN"),
+            StrBytes::from_static_str("SCRAM-SHA-256"),
+        ];
         let mut buf = BytesMut::new();
         resp.encode(&mut buf, 1)?;
         assert_eq!(
             decode_handshake(buf.freeze())?,
-            (codes::UNSUPPORTED_SASL_MECHANISM, vec!["PLAIN".to_owned(), "SCRAM-SHA-256".to_owned()])
+            (
+                codes::UNSUPPORTED_SASL_MECHANISM,
+                vec!["PLAIN".to_owned(), "SCRAM-SHA-256".to_owned()]
+            )
         );
         let mut resp = SaslAuthenticateResponse::default();
         resp.error_code = codes::SASL_AUTHENTICATION_FAILED;
-        resp.error_message = Some(StrBytes::from_static_str("Authentication failed: Invalid username or password"));
+        resp.error_message = Some(StrBytes::from_static_str(
+            "Authentication failed: Invalid username or password",
+        ));
         resp.auth_bytes = Bytes::from_static(b"v=abc");
         resp.session_lifetime_ms = 10_000;
         let mut buf = BytesMut::new();

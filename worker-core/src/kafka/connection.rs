@@ -68,9 +68,7 @@ impl Connection {
         put_compact_string(&mut body, Some("share-worker"));
         put_compact_string(&mut body, Some(env!("CARGO_PKG_VERSION")));
         put_empty_tags(&mut body);
-        let resp = conn
-            .request(API_VERSIONS, 3, &body, Duration::ZERO)
-            .await?;
+        let resp = conn.request(API_VERSIONS, 3, &body, Duration::ZERO).await?;
         conn.versions = decode_api_versions(resp)?;
         conn.authenticate().await?;
         Ok(conn)

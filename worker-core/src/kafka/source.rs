@@ -17,8 +17,8 @@ use super::config::KafkaConfig;
 use super::connection::ConnectOptions;
 use super::membership::{self, MemberSpec, MemberState};
 use super::records::InflateLimits;
-use crate::security::Prepared;
 use super::session::{self, FetchJob, SessionConfig, SessionHandle};
+use crate::security::Prepared;
 use crate::source::{AckError, AckKind, AckReceipt, Delivery, DeliveryId, Lease, ShareSource};
 use crate::{Error, ErrorKind, Result};
 

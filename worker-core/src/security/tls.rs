@@ -47,7 +47,11 @@ impl TlsConfig {
 
     /// Presents the certificate (chain) in `cert_file` with the private key in `key_file` (PEM,
     /// PKCS#8, PKCS#1 or SEC1): mutual TLS.
-    pub fn client_cert(mut self, cert_file: impl Into<PathBuf>, key_file: impl Into<PathBuf>) -> Self {
+    pub fn client_cert(
+        mut self,
+        cert_file: impl Into<PathBuf>,
+        key_file: impl Into<PathBuf>,
+    ) -> Self {
         self.client = Some(ClientIdentity {
             cert_file: cert_file.into(),
             key_file: key_file.into(),
@@ -95,7 +99,10 @@ impl TlsConfig {
                     roots.add(cert).map_err(|err| {
                         Error::new(
                             ErrorKind::Config,
-                            format!("tls.ca-file {}: not a usable CA certificate", path.display()),
+                            format!(
+                                "tls.ca-file {}: not a usable CA certificate",
+                                path.display()
+                            ),
                         )
                         .with_source(err)
                     })?;
@@ -105,7 +112,9 @@ impl TlsConfig {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|err| Error::new(ErrorKind::Config, "tls: no usable protocol versions").with_source(err))?
+            .map_err(|err| {
+                Error::new(ErrorKind::Config, "tls: no usable protocol versions").with_source(err)
+            })?
             .with_root_certificates(roots);
         let config = match &self.client {
             None => builder.with_no_client_auth(),

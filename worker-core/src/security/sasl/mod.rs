@@ -46,8 +46,15 @@ pub struct SaslConfig {
 
 #[derive(Clone)]
 enum Mechanism {
-    Plain { username: String, password: Secret },
-    Scram { hash: ScramMechanism, username: String, password: Secret },
+    Plain {
+        username: String,
+        password: Secret,
+    },
+    Scram {
+        hash: ScramMechanism,
+        username: String,
+        password: Secret,
+    },
     OAuthBearer(Arc<TokenProvider>),
 }
 
@@ -109,9 +116,7 @@ impl SaslConfig {
     /// The username, for PLAIN and SCRAM.
     pub fn username(&self) -> Option<&str> {
         match &self.mechanism {
-            Mechanism::Plain { username, .. } | Mechanism::Scram { username, .. } => {
-                Some(username)
-            }
+            Mechanism::Plain { username, .. } | Mechanism::Scram { username, .. } => Some(username),
             Mechanism::OAuthBearer(_) => None,
         }
     }
@@ -119,9 +124,7 @@ impl SaslConfig {
     /// The password, for PLAIN and SCRAM (for clients configured by name, as librdkafka is).
     pub(crate) fn password(&self) -> Option<&Secret> {
         match &self.mechanism {
-            Mechanism::Plain { password, .. } | Mechanism::Scram { password, .. } => {
-                Some(password)
-            }
+            Mechanism::Plain { password, .. } | Mechanism::Scram { password, .. } => Some(password),
             Mechanism::OAuthBearer(_) => None,
         }
     }
@@ -175,5 +178,6 @@ pub(crate) struct SaslError(pub(crate) String);
 pub(crate) trait Exchange: Send {
     /// The next message for the broker given its last one (`None` before the first message):
     /// `Ok(None)` once the exchange is complete and the broker's last message checked out.
-    fn respond(&mut self, server: Option<&[u8]>) -> std::result::Result<Option<Vec<u8>>, SaslError>;
+    fn respond(&mut self, server: Option<&[u8]>)
+    -> std::result::Result<Option<Vec<u8>>, SaslError>;
 }

@@ -42,10 +42,7 @@ mod tests {
     #[test]
     fn the_message_is_nul_separated_and_sent_once() {
         let mut plain = Plain::new("worker", Secret::new("s3cret"));
-        assert_eq!(
-            plain.respond(None),
-            Ok(Some(b"\0worker\0s3cret".to_vec()))
-        );
+        assert_eq!(plain.respond(None), Ok(Some(b"\0worker\0s3cret".to_vec())));
         assert_eq!(plain.respond(Some(b"")), Ok(None));
         assert!(plain.respond(None).is_err());
     }
