@@ -30,10 +30,11 @@
 //! # Ok(()) }
 //! ```
 
-mod secret;
 pub(crate) mod sasl;
-pub(crate) mod token;
+mod secret;
 pub(crate) mod tls;
+pub(crate) mod token;
+mod untrusted;
 
 use std::fmt;
 use std::sync::Arc;
@@ -148,7 +149,11 @@ impl Prepared {
     /// Reads the TLS files of `security`; an error names the file and what is wrong with it.
     pub(crate) fn new(security: &Security) -> crate::Result<Self> {
         Ok(Self {
-            tls: security.tls.as_ref().map(TlsConfig::rustls_config).transpose()?,
+            tls: security
+                .tls
+                .as_ref()
+                .map(TlsConfig::rustls_config)
+                .transpose()?,
             sasl: security.sasl.clone(),
             protocol: security.protocol(),
         })
