@@ -15,7 +15,7 @@ use std::fmt;
 use std::fs::{File, Metadata};
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::{Duration, SystemTime};
 
 use super::Secret;
@@ -92,6 +92,10 @@ impl fmt::Debug for OidcClientCredentials {
 pub(crate) struct Token {
     pub(crate) value: Secret,
     /// The principal it names (`sub`), for librdkafka.
+    #[allow(
+        dead_code,
+        reason = "read by librdkafka's OAUTHBEARER refresh callback"
+    )]
     pub(crate) principal: String,
     /// When it expires, if known.
     pub(crate) expires_at: Option<SystemTime>,
@@ -125,6 +129,17 @@ fn renew_at(obtained: SystemTime, expires_at: Option<SystemTime>) -> Option<Syst
     let lifetime = expires_at.duration_since(obtained).unwrap_or_default();
     let early = (lifetime / 5).max(BUFFER.min(lifetime / 2));
     Some(expires_at.checked_sub(early).unwrap_or(obtained))
+}
+
+/// When to try again after a failed renewal, the current token still valid until `expires_at`:
+/// after a tenth of the time it has left (1 s to 30 s), and no later than its expiry.
+fn retry_at(now: SystemTime, expires_at: Option<SystemTime>) -> SystemTime {
+    const SOONEST: Duration = Duration::from_secs(1);
+    const LATEST: Duration = Duration::from_secs(30);
+    let left = expires_at.and_then(|at| at.duration_since(now).ok());
+    let wait = left.map_or(LATEST, |left| (left / 10).clamp(SOONEST, LATEST));
+    let retry_at = now.checked_add(wait).unwrap_or(now);
+    expires_at.map_or(retry_at, |at| retry_at.min(at))
 }
 
 /// Hands out current tokens from a [`TokenSource`]. `Debug` shows the source, never a token.
@@ -207,6 +222,10 @@ impl TokenProvider {
     }
 
     /// A token valid for a while yet, from a thread that may block (librdkafka's callbacks).
+    #[allow(
+        dead_code,
+        reason = "called by librdkafka's OAUTHBEARER refresh callback"
+    )]
     pub(crate) fn token_blocking(&self) -> Result<Token> {
         self.inner.token()
     }
@@ -214,10 +233,19 @@ impl TokenProvider {
 
 impl Inner {
     fn token(&self) -> Result<Token> {
-        if let Some(token) = self.reusable(SystemTime::now()) {
+        let now = SystemTime::now();
+        if let Some(token) = self.reusable(now) {
             return Ok(token);
         }
-        let mut client = lock(&self.renewal);
+        let mut client = match self.renewal.try_lock() {
+            Ok(client) => client,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            // Someone else is renewing it: while the current token is valid, it will do.
+            Err(TryLockError::WouldBlock) => match self.valid(now) {
+                Some(token) => return Ok(token),
+                None => lock(&self.renewal),
+            },
+        };
         // Someone else may have renewed it while we waited.
         let now = SystemTime::now();
         if let Some(token) = self.reusable(now) {
@@ -230,26 +258,35 @@ impl Inner {
                 Ok(token)
             }
             Err(err) => {
-                let current = lock(&self.current).as_ref().map(|c| c.token.clone());
-                match current.filter(|token| token.valid_at(SystemTime::now())) {
-                    Some(token) => {
-                        tracing::warn!(
-                            error = %err,
-                            expires_at = ?token.expires_at.map(humantime::format_rfc3339_seconds),
-                            "renewing the OAUTHBEARER token failed: the current one is still used",
-                        );
-                        Ok(token)
-                    }
-                    None => Err(err),
-                }
+                let now = SystemTime::now();
+                let mut current = lock(&self.current);
+                let Some(kept) = current.as_mut().filter(|c| c.token.valid_at(now)) else {
+                    return Err(err);
+                };
+                // Not again on every call: each would wait for a slow endpoint's timeout.
+                kept.renew_at = Some(retry_at(now, kept.token.expires_at));
+                tracing::warn!(
+                    error = %err,
+                    expires_at = ?kept.token.expires_at.map(humantime::format_rfc3339_seconds),
+                    "renewing the OAUTHBEARER token failed: the current one is used until it expires",
+                );
+                Ok(kept.token.clone())
             }
         }
+    }
+
+    /// The current token, if it has not expired.
+    fn valid(&self, now: SystemTime) -> Option<Token> {
+        lock(&self.current)
+            .as_ref()
+            .map(|current| current.token.clone())
+            .filter(|token| token.valid_at(now))
     }
 
     /// The current token, if it is not due for renewal (and, for a file, the file is unchanged).
     fn reusable(&self, now: SystemTime) -> Option<Token> {
         let current = lock(&self.current).clone()?;
-        if current.renew_at.is_some_and(|at| at <= now) {
+        if current.renew_at.is_some_and(|at| at <= now) || !current.token.valid_at(now) {
             return None;
         }
         if let TokenSource::File(path) = &self.source {

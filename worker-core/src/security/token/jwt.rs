@@ -5,8 +5,8 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
-use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, URL_SAFE_NO_PAD};
-use base64::engine::{DecodePaddingMode, general_purpose};
+use base64::engine::DecodePaddingMode;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 
 /// base64url, with or without padding (RFC 7515 forbids it; some issuers pad anyway).
 const BASE64URL: GeneralPurpose = GeneralPurpose::new(
@@ -64,6 +64,7 @@ impl Claims {
 /// (`sub`, and `iat`/`exp` in seconds).
 #[cfg(any(test, feature = "test-util"))]
 pub(crate) fn unsecured(subject: &str, expires_at: SystemTime) -> String {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD as BASE64URL_NOPAD;
     let seconds = |t: SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let claims = serde_json::json!({
         "sub": subject,
@@ -72,13 +73,15 @@ pub(crate) fn unsecured(subject: &str, expires_at: SystemTime) -> String {
     });
     format!(
         "{}.{}.",
-        URL_SAFE_NO_PAD.encode(br#"{"alg":"none"}"#),
-        URL_SAFE_NO_PAD.encode(claims.to_string())
+        BASE64URL_NOPAD.encode(br#"{"alg":"none"}"#),
+        BASE64URL_NOPAD.encode(claims.to_string())
     )
 }
 
 #[cfg(test)]
 mod tests {
+    use base64::engine::general_purpose::{self, URL_SAFE_NO_PAD};
+
     use super::*;
 
     fn b64(json: &str) -> String {

@@ -32,6 +32,22 @@ fn renewal_comes_at_80_percent_or_30_s_before_expiry_but_not_before_half() {
     );
 }
 
+#[test]
+fn after_a_failed_renewal_the_next_try_waits_a_tenth_of_what_is_left() {
+    let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+    let secs = Duration::from_secs;
+    let wait = |left: Option<u64>| {
+        retry_at(t0, left.map(|left| t0 + secs(left)))
+            .duration_since(t0)
+            .ok()
+    };
+    assert_eq!(wait(Some(100)), Some(secs(10)));
+    assert_eq!(wait(Some(3600)), Some(secs(30)), "at most 30 s");
+    assert_eq!(wait(Some(5)), Some(secs(1)), "at least 1 s");
+    assert_eq!(wait(Some(0)), Some(secs(0)), "never after expiry");
+    assert_eq!(wait(None), Some(secs(30)));
+}
+
 // ---- static tokens --------------------------------------------------------------------------
 
 fn in_an_hour() -> SystemTime {
@@ -231,7 +247,7 @@ struct Seen {
 struct Endpoint {
     seen: Mutex<Vec<Seen>>,
     answer: Mutex<Answer>,
-    delay: Duration,
+    delay: Mutex<Duration>,
 }
 
 /// A token endpoint on 127.0.0.1 (plain http) answering `answer` after `delay`, and its URL.
@@ -239,7 +255,7 @@ async fn endpoint(answer: Answer, delay: Duration) -> std::io::Result<(Arc<Endpo
     let state = Arc::new(Endpoint {
         seen: Mutex::new(Vec::new()),
         answer: Mutex::new(answer),
-        delay,
+        delay: Mutex::new(delay),
     });
     let app = Router::new()
         .route("/oauth2/token", post(issue))
@@ -272,7 +288,8 @@ async fn issue(
         });
         seen.len()
     };
-    tokio::time::sleep(endpoint.delay).await;
+    let delay = *lock(&endpoint.delay);
+    tokio::time::sleep(delay).await;
     let answer = lock(&endpoint.answer).clone();
     match answer {
         Answer::Opaque { expires_in } => (
@@ -420,6 +437,41 @@ async fn a_token_near_expiry_is_renewed() -> std::result::Result<(), Box<dyn std
 }
 
 #[tokio::test]
+async fn a_slow_renewal_holds_up_no_one_while_the_token_is_valid()
+-> std::result::Result<(), Box<dyn std::error::Error>> {
+    let (endpoint, url) = endpoint(Answer::Opaque { expires_in: 4 }, Duration::ZERO).await?;
+    let provider = Arc::new(TokenProvider::new(grant(&url)));
+    assert_eq!(provider.token().await?.value.expose(), "token-1");
+    *lock(&endpoint.delay) = Duration::from_secs(2);
+    *lock(&endpoint.answer) = Answer::Opaque { expires_in: 3600 };
+    // Due for renewal after 2 s; the renewal takes 2 s more, the token expires at 4 s.
+    let renewing = {
+        let provider = Arc::clone(&provider);
+        tokio::spawn(async move {
+            until(&provider, |t| {
+                t.as_ref().is_ok_and(|t| t.value.expose() != "token-1")
+            })
+            .await
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while requests(&endpoint) < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let asked = Instant::now();
+    assert_eq!(provider.token().await?.value.expose(), "token-1");
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(renewing.await??.value.expose(), "token-2");
+    assert_eq!(provider.token().await?.value.expose(), "token-2");
+    assert_eq!(requests(&endpoint), 2);
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_failed_renewal_keeps_the_valid_token_then_fails()
 -> std::result::Result<(), Box<dyn std::error::Error>> {
     let (endpoint, url) = endpoint(Answer::Opaque { expires_in: 2 }, Duration::ZERO).await?;
@@ -495,6 +547,20 @@ async fn an_unreachable_endpoint_is_an_io_error()
     };
     assert_eq!(err.kind(), ErrorKind::Io);
     assert!(err.to_string().contains(&url), "{err}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn https_is_spoken_and_a_server_without_tls_fails_the_handshake()
+-> std::result::Result<(), Box<dyn std::error::Error>> {
+    let (endpoint, url) = endpoint(Answer::Opaque { expires_in: 3600 }, Duration::ZERO).await?;
+    let url = url.replace("http://", "https://");
+    let provider = TokenProvider::new(grant(&url));
+    let Err(err) = provider.token().await else {
+        panic!("a token over a failed handshake");
+    };
+    assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+    assert_eq!(requests(&endpoint), 0, "nothing was sent in the clear");
     Ok(())
 }
 
