@@ -184,6 +184,11 @@ impl Stamp {
     }
 }
 
+/// `t` as an RFC 3339 timestamp to the second, for messages.
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // The data is replaced whole, never left half-written: a panic elsewhere cannot corrupt it.
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -267,7 +272,7 @@ impl Inner {
                 kept.renew_at = Some(retry_at(now, kept.token.expires_at));
                 tracing::warn!(
                     error = %err,
-                    expires_at = ?kept.token.expires_at.map(humantime::format_rfc3339_seconds),
+                    expires_at = ?kept.token.expires_at.map(rfc3339),
                     "renewing the OAUTHBEARER token failed: the current one is used until it expires",
                 );
                 Ok(kept.token.clone())
@@ -344,10 +349,7 @@ impl Inner {
         if let Some(expires_at) = token.expires_at.filter(|_| !token.valid_at(now)) {
             return Err(Error::new(
                 ErrorKind::Authentication,
-                format!(
-                    "{origin} expired at {}",
-                    humantime::format_rfc3339_seconds(expires_at)
-                ),
+                format!("{origin} expired at {}", rfc3339(expires_at)),
             ));
         }
         Ok(Current {
@@ -420,10 +422,7 @@ impl fmt::Debug for TokenProvider {
             .and_then(|current| current.token.expires_at);
         f.debug_struct("TokenProvider")
             .field("source", &self.inner.source)
-            .field(
-                "expires_at",
-                &expires_at.map(humantime::format_rfc3339_seconds),
-            )
+            .field("expires_at", &expires_at.map(rfc3339))
             .finish_non_exhaustive()
     }
 }
