@@ -34,6 +34,7 @@ pub(crate) mod sasl;
 mod secret;
 pub(crate) mod tls;
 pub(crate) mod token;
+mod untrusted;
 
 use std::fmt;
 use std::sync::Arc;
