@@ -426,7 +426,8 @@ impl ShareSource for KafkaSource {
     /// `group.share.delivery.count.limit`, read once through the admin API.
     async fn delivery_limit(&self) -> Result<Option<u16>> {
         let config = &self.inner.config;
-        let admin = super::Admin::connect(config.bootstrap.join(",")).await?;
+        let admin =
+            super::Admin::connect_with(config.bootstrap.join(","), &config.security).await?;
         let super::DeliveryLimit {
             value: limit,
             source,
