@@ -237,10 +237,6 @@ async fn run_over_sasl_ssl_with_plain_writes_dead_letters_and_no_password() {
     );
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(
-        stderr.lines().count() > 10,
-        "RUST_LOG=debug logged next to nothing: {stderr}"
-    );
-    assert!(
         !stdout.contains(&password),
         "the password on stdout:\n{stdout}"
     );

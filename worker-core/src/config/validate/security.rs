@@ -263,9 +263,7 @@ fn one_secret(
             &at(file.0),
             format!("expected `{}` or `{}`, not both", value.0, file.0),
         )),
-        (Some(inline), None) if inline.is_empty() => {
-            Err(bad(&at(value.0), "expected a non-empty secret"))
-        }
+        (Some(""), None) => Err(bad(&at(value.0), "expected a non-empty secret")),
         (Some(_), None) => Ok(()),
         (None, Some(path)) => match std::fs::read_to_string(path) {
             Err(err) => Err(bad(
