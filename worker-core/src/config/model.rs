@@ -101,6 +101,7 @@ pub struct SaslSection {
 
 /// A SASL mechanism, as brokers name it.
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SaslMechanism {
     /// Username and password in the clear (over TLS only, in practice).
     #[serde(rename = "PLAIN")]

@@ -23,8 +23,8 @@ pub(crate) struct ProduceArgs {
     /// Comma-separated host:port list, over plain TCP (for TLS or SASL, give --config).
     #[arg(long)]
     bootstrap: Option<String>,
-    /// A worker TOML file: its [kafka] table says where and how to connect (bootstrap,
-    /// security-protocol, [kafka.tls], [kafka.sasl]).
+    /// A worker TOML file: its `[kafka]` table says where and how to connect (`bootstrap`,
+    /// `security-protocol`, `[kafka.tls]`, `[kafka.sasl]`).
     #[arg(long, short)]
     config: Option<PathBuf>,
     /// The topic.
