@@ -93,9 +93,7 @@ pub(crate) async fn unless_refused<T>(
     context: &KafkaContext,
 ) -> Result<T, String> {
     tokio::select! {
-        done = future => {
-            Ok(done)
-        }
+        done = future => Ok(done),
         said = context.refused() => Err(format!("the broker refused the producer: {said}")),
     }
 }
