@@ -6,6 +6,8 @@ use std::time::Duration;
 use super::model::{Config, HandlerKind, RECORD_ENV_PREFIX, RouteSection};
 use crate::dlq::DlqTopic;
 
+mod security;
+
 /// A failed check: the key path (TOML segments) and what was expected.
 pub(crate) type Invalid = (Vec<String>, String);
 
@@ -34,6 +36,7 @@ pub(crate) fn check(config: &Config) -> Result<(), Invalid> {
             "expected a duration above 0",
         ));
     }
+    security::check(kafka)?;
     let worker = &config.worker;
     if worker.group.trim().is_empty() {
         return Err(bad(

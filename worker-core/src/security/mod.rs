@@ -12,6 +12,8 @@
 //!   lifetime (`connections.max.reauth.ms`, KIP-368) the connection re-authenticates before it runs
 //!   out, so long-lived share sessions are never dropped for it.
 //! - **Secrets** ([`Secret`]) never appear in `Debug` output or logs.
+//! - **librdkafka** clients get the same setting:
+//!   [`Security::rdkafka_client_config`] and [`Security::rdkafka_context`] ([`KafkaContext`]).
 //!
 //! ```no_run
 //! # async fn run() -> worker_core::Result<()> {
@@ -30,6 +32,7 @@
 //! # Ok(()) }
 //! ```
 
+mod rdkafka;
 pub(crate) mod sasl;
 mod secret;
 pub(crate) mod tls;
@@ -39,13 +42,18 @@ mod untrusted;
 use std::fmt;
 use std::sync::Arc;
 
+pub use self::rdkafka::KafkaContext;
 pub use sasl::{SaslConfig, ScramMechanism};
 pub use secret::Secret;
 pub use tls::TlsConfig;
 pub use token::{OidcClientCredentials, TokenSource};
 
-/// The security protocol of a connection, as Kafka names them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+/// The security protocol of a connection, as Kafka names them (in lower case, as in the TOML
+/// file's `kafka.security-protocol`).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Protocol {
     /// Neither TLS nor SASL (the default).

@@ -58,6 +58,26 @@ impl fmt::Display for Secret {
     }
 }
 
+/// Serializes as `***`, so a printed configuration never holds the secret (the value stays in
+/// memory: printing is one way).
+impl serde::Serialize for Secret {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_str("***")
+    }
+}
+
+/// Reads the secret from a string.
+impl<'de> serde::Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Self::new)
+    }
+}
+
 impl From<String> for Secret {
     fn from(value: String) -> Self {
         Self::new(value)
@@ -85,5 +105,20 @@ mod tests {
             password: Secret,
         }
         assert!(!format!("{:?}", Config { password: s }).contains("hunter2"));
+    }
+
+    #[test]
+    fn a_secret_serializes_as_stars_and_deserializes_whole() {
+        #[derive(serde::Serialize, serde::Deserialize)]
+        struct Config {
+            password: Secret,
+        }
+        let config: Config = toml::from_str("password = \"hunter2\"").unwrap();
+        assert_eq!(config.password.expose(), "hunter2");
+        assert_eq!(
+            toml::to_string(&config).unwrap().trim(),
+            "password = \"***\""
+        );
+        assert_eq!(config.password.expose(), "hunter2");
     }
 }

@@ -120,16 +120,7 @@ impl TlsConfig {
             None => builder.with_no_client_auth(),
             Some(identity) => {
                 let chain = read_certs(&identity.cert_file)?;
-                let key = PrivateKeyDer::from_pem_file(&identity.key_file).map_err(|err| {
-                    Error::new(
-                        ErrorKind::Config,
-                        format!(
-                            "tls.key-file {}: no PEM private key (PKCS#8, PKCS#1 or SEC1)",
-                            identity.key_file.display()
-                        ),
-                    )
-                    .with_source(err)
-                })?;
+                let key = read_key(&identity.key_file)?;
                 builder.with_client_auth_cert(chain, key).map_err(|err| {
                     Error::new(
                         ErrorKind::Config,
@@ -147,8 +138,22 @@ impl TlsConfig {
     }
 }
 
+/// The private key in the PEM file at `path`.
+pub(crate) fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
+    PrivateKeyDer::from_pem_file(path).map_err(|err| {
+        Error::new(
+            ErrorKind::Config,
+            format!(
+                "tls.key-file {}: no PEM private key (PKCS#8, PKCS#1 or SEC1)",
+                path.display()
+            ),
+        )
+        .with_source(err)
+    })
+}
+
 /// Every certificate in the PEM file at `path`; at least one.
-fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
+pub(crate) fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
         .and_then(|iter| iter.collect())
         .map_err(|err| {

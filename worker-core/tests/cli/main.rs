@@ -8,6 +8,7 @@ mod check;
 mod handlers;
 mod replay;
 mod run;
+mod security;
 mod status;
 mod telemetry;
 mod untrusted;

@@ -11,7 +11,8 @@ use crate::topics;
 pub(crate) async fn check(config: &Config) -> anyhow::Result<()> {
     println!("# configuration: valid");
     let bootstrap = &config.kafka.bootstrap;
-    let admin = Admin::connect(bootstrap.as_str())
+    let security = config.security()?;
+    let admin = Admin::connect_with(bootstrap.as_str(), &security)
         .await
         .with_context(|| format!("connecting to {bootstrap}"))?;
     match admin.require_share_groups().await {
@@ -21,7 +22,7 @@ pub(crate) async fn check(config: &Config) -> anyhow::Result<()> {
         ),
         Err(err) => return Err(err).context("checking share-group support"),
     }
-    let existing = topics::existing(bootstrap).await?;
+    let existing = topics::existing(bootstrap, &security).await?;
     let missing: Vec<&str> = config
         .topics()
         .filter(|t| !existing.contains_key(*t))

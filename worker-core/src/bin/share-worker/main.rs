@@ -7,6 +7,7 @@
 mod activity;
 mod check;
 mod handlers;
+mod librdkafka;
 mod otel;
 mod produce;
 mod progress;

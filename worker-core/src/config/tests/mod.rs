@@ -3,8 +3,10 @@ use std::time::Duration;
 
 use super::*;
 
-const REFERENCE: &str = include_str!("../../reference.toml");
-const SMS: &str = include_str!("../../../examples/sms.toml");
+mod security;
+
+const REFERENCE: &str = include_str!("../../../reference.toml");
+const SMS: &str = include_str!("../../../../examples/sms.toml");
 
 /// The file from the issue, verbatim.
 const ISSUE: &str = r#"
@@ -107,7 +109,7 @@ fn defaults_fill_a_minimal_file() {
     assert_eq!(config.worker.auto_offset_reset, OffsetReset::Earliest);
     assert!(config.dlq.is_none());
     assert!(config.dlq_topics().is_empty());
-    let source = config.source_builder();
+    let source = config.source_builder().unwrap();
     assert_eq!(source.config().topics, ["t"]);
     assert_eq!(source.config().group, "g");
 }
