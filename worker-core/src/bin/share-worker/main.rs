@@ -16,6 +16,7 @@ mod setup;
 mod stats;
 mod status;
 mod telemetry;
+mod tls;
 mod topics;
 
 use std::path::PathBuf;

@@ -5,7 +5,10 @@
 use anyhow::Context;
 use opentelemetry::metrics::{Meter, MeterProvider as _};
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{MetricExporter, SpanExporter, WithExportConfig};
+use opentelemetry_otlp::{
+    MetricExporter, OTEL_EXPORTER_OTLP_TIMEOUT_DEFAULT, SpanExporter, WithExportConfig,
+    WithHttpConfig,
+};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -15,6 +18,8 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 use worker_core::config::{LogFormat, TelemetrySection};
 use worker_core::telemetry::{METER_NAME, SPAN_TARGET};
+
+use crate::tls;
 
 /// The providers of one run. Build it outside the async runtime (the OTLP client is blocking)
 /// and [`shutdown`](Self::shutdown) it there too, which flushes what is pending.
@@ -43,9 +48,14 @@ impl Otel {
         let mut tracer = None;
         if let Some(endpoint) = &config.otlp_endpoint {
             let base = endpoint.trim_end_matches('/');
-            let metrics = MetricExporter::builder()
+            let client = otlp_client(config)?;
+            let mut metrics = MetricExporter::builder()
                 .with_http()
-                .with_endpoint(format!("{base}/v1/metrics"))
+                .with_endpoint(format!("{base}/v1/metrics"));
+            if let Some(client) = &client {
+                metrics = metrics.with_http_client(client.clone());
+            }
+            let metrics = metrics
                 .build()
                 .with_context(|| {
                     format!("telemetry.otlp-endpoint: cannot export metrics to {base}")
@@ -55,9 +65,13 @@ impl Otel {
                     .with_interval(config.otlp_interval)
                     .build(),
             );
-            let spans = SpanExporter::builder()
+            let mut spans = SpanExporter::builder()
                 .with_http()
-                .with_endpoint(format!("{base}/v1/traces"))
+                .with_endpoint(format!("{base}/v1/traces"));
+            if let Some(client) = client {
+                spans = spans.with_http_client(client);
+            }
+            let spans = spans
                 .build()
                 .with_context(|| {
                     format!("telemetry.otlp-endpoint: cannot export spans to {base}")
@@ -121,6 +135,22 @@ impl Otel {
             eprintln!("share-worker: flushing metrics failed: {err}");
         }
     }
+}
+
+/// With `otlp-ca-file`, the exporters' blocking HTTP client trusting its CA certificates in
+/// addition to the system's roots; without it, `None`: the exporters' own client, which trusts the
+/// system's roots. Call it outside the async runtime.
+fn otlp_client(config: &TelemetrySection) -> anyhow::Result<Option<reqwest::blocking::Client>> {
+    let Some(path) = &config.otlp_ca_file else {
+        return Ok(None);
+    };
+    let certs = tls::ca_certificates("telemetry.otlp-ca-file", path)?;
+    let client = reqwest::blocking::Client::builder()
+        .timeout(OTEL_EXPORTER_OTLP_TIMEOUT_DEFAULT)
+        .tls_certs_merge(certs)
+        .build()
+        .context("telemetry.otlp-ca-file: cannot create the OTLP HTTP client")?;
+    Ok(Some(client))
 }
 
 /// Every metric of `registry` in the Prometheus text format.

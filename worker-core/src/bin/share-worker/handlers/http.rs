@@ -9,11 +9,12 @@ use worker_core::config::{OnRedirect, RouteSection};
 use worker_core::{Job, Outcome};
 
 use super::{first_chars, one_line};
+use crate::tls;
 
 /// How much of a `Location` header a reason quotes: it is the endpoint's to choose.
 const MAX_LOCATION_CHARS: usize = 200;
 
-/// Sends each record: 2xx accepts; 408, 429, 5xx, a timeout or a connection error retries
+/// Sends each record: 2xx accepts; 408, 429, 5xx, a timeout or a connection or TLS error retries
 /// (honouring `Retry-After` in seconds); a 3xx retries or rejects (`on-redirect`) and is never
 /// followed; any other status rejects. Only the status and headers are read: the body never is.
 #[derive(Debug)]
@@ -40,11 +41,22 @@ impl Http {
             .with_context(|| format!("route {}: bad method {method:?}", route.topic))?;
         // A followed 301/302/303 turns the POST into a GET without the payload, and the 200 of
         // whatever page it lands on would accept a record that was never delivered.
-        let client = reqwest::Client::builder()
+        let mut client = reqwest::Client::builder()
             .timeout(timeout)
-            .redirect(redirect::Policy::none())
+            .redirect(redirect::Policy::none());
+        if let Some(path) = &route.ca_file {
+            let certs = tls::ca_certificates("ca-file", path)
+                .with_context(|| format!("route {}", route.topic))?;
+            client = client.tls_certs_merge(certs);
+        }
+        if let (Some(cert), Some(key)) = (&route.cert_file, &route.key_file) {
+            let identity =
+                tls::identity(cert, key).with_context(|| format!("route {}", route.topic))?;
+            client = client.identity(identity);
+        }
+        let client = client
             .build()
-            .context("creating the HTTP client")?;
+            .with_context(|| format!("route {}: creating the HTTP client", route.topic))?;
         Ok(Self {
             client,
             method,
@@ -71,8 +83,11 @@ impl Http {
         match request.send().await {
             // The response is dropped unread: a large or endless body costs nothing.
             Ok(response) => classify(response.status(), response.headers(), self.on_redirect),
-            Err(err) if err.is_timeout() => Outcome::retry(format!("timed out: {err}")),
-            Err(err) => Outcome::retry(format!("request failed: {err}")),
+            Err(err) => match tls::failure_reason(&err) {
+                Some(reason) => Outcome::retry(reason),
+                None if err.is_timeout() => Outcome::retry(format!("timed out: {err}")),
+                None => Outcome::retry(format!("request failed: {err}")),
+            },
         }
     }
 }
