@@ -151,7 +151,8 @@ pub(crate) async fn collector_connection(
     while let Some((head, body)) = read_request(&mut stream, &mut buffer).await {
         let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
         exports.lock().expect("the exports lock").push((path, body));
-        let response = "HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n";
+        let response =
+            "HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n";
         if stream.write_all(response.as_bytes()).await.is_err() {
             return;
         }

@@ -5,7 +5,7 @@
 //! tokio-rustls.
 
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use rcgen::{
@@ -20,15 +20,17 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use crate::fake_http::{Exports, Seen, collector_connection, connection};
+use crate::fake_http::{Exports, Seen, collector, collector_connection, connection, serve};
 use crate::support::*;
 
-/// PEM files of a throw-away CA, a server certificate for `localhost` and `127.0.0.1` and a client
-/// certificate, all signed by the CA, in a scratch directory.
+/// PEM files of a throw-away CA, a server certificate for `localhost` and `127.0.0.1`, one for
+/// another name only and a client certificate, all signed by the CA, in a scratch directory.
 struct Pki {
     ca: PathBuf,
     server_cert: PathBuf,
     server_key: PathBuf,
+    misnamed_cert: PathBuf,
+    misnamed_key: PathBuf,
     client_cert: PathBuf,
     client_key: PathBuf,
 }
@@ -58,11 +60,15 @@ impl Pki {
             &["localhost", "127.0.0.1"],
             ExtendedKeyUsagePurpose::ServerAuth,
         );
+        let (misnamed_cert, misnamed_key) =
+            leaf(&["elsewhere.test"], ExtendedKeyUsagePurpose::ServerAuth);
         let (client_cert, client_key) = leaf(&["worker.test"], ExtendedKeyUsagePurpose::ClientAuth);
         Self {
             ca: scratch.write("ca.pem", &ca_pem),
             server_cert: scratch.write("server.pem", &server_cert),
             server_key: scratch.write("server.key", &server_key),
+            misnamed_cert: scratch.write("misnamed.pem", &misnamed_cert),
+            misnamed_key: scratch.write("misnamed.key", &misnamed_key),
             client_cert: scratch.write("client.pem", &client_cert),
             client_key: scratch.write("client.key", &client_key),
         }
@@ -71,12 +77,21 @@ impl Pki {
     /// A TLS acceptor with the server certificate; with `client_auth`, it requires a client
     /// certificate signed by the CA.
     fn acceptor(&self, client_auth: bool) -> TlsAcceptor {
+        self.acceptor_with(&self.server_cert, &self.server_key, client_auth)
+    }
+
+    /// A TLS acceptor with the certificate for another name.
+    fn misnamed_acceptor(&self) -> TlsAcceptor {
+        self.acceptor_with(&self.misnamed_cert, &self.misnamed_key, false)
+    }
+
+    fn acceptor_with(&self, cert: &Path, key: &Path, client_auth: bool) -> TlsAcceptor {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let chain = CertificateDer::pem_file_iter(&self.server_cert)
+        let chain = CertificateDer::pem_file_iter(cert)
             .expect("the server certificate")
             .collect::<Result<Vec<_>, _>>()
             .expect("the server certificate");
-        let key = PrivateKeyDer::from_pem_file(&self.server_key).expect("the server key");
+        let key = PrivateKeyDer::from_pem_file(key).expect("the server key");
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .expect("TLS versions");
@@ -98,7 +113,7 @@ impl Pki {
         TlsAcceptor::from(Arc::new(config))
     }
 
-    fn path(path: &std::path::Path) -> &str {
+    fn path(path: &Path) -> &str {
         path.to_str().expect("utf-8 path")
     }
 }
@@ -156,34 +171,51 @@ fn bodies(seen: &Mutex<Seen>) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn an_https_route_trusts_its_ca_file_and_dead_letters_an_unknown_issuer() {
+async fn an_https_route_trusts_its_ca_file_and_dead_letters_an_unknown_issuer_or_a_wrong_name() {
     let scratch = Scratch::new();
     let pki = Pki::new(&scratch);
     let (port, seen) = https_endpoint(pki.acceptor(false)).await;
+    let (misnamed_port, misnamed_seen) = https_endpoint(pki.misnamed_acceptor()).await;
     let trusted = unique("cli-https-ca");
     let untrusted = unique("cli-https-noca");
+    let misnamed = unique("cli-https-misnamed");
     let group = unique("cli-https-group");
+    let ca = format!("ca-file = \"{}\"", Pki::path(&pki.ca));
     let route = format!(
-        "handler = \"http\"\nurl = \"https://localhost:{port}/send\"\ntimeout = \"5s\"\nca-file = \"{}\"",
-        Pki::path(&pki.ca)
+        "handler = \"http\"\nurl = \"https://localhost:{port}/send\"\ntimeout = \"5s\"\n{ca}"
     );
     let text = two_attempts(config(&group, &trusted, &route))
-        + &another_route(&untrusted, &format!("url = \"https://127.0.0.1:{port}/send\""));
+        + &another_route(
+            &untrusted,
+            &format!("url = \"https://127.0.0.1:{port}/send\""),
+        )
+        + &another_route(
+            &misnamed,
+            &format!("url = \"https://localhost:{misnamed_port}/send\"\n{ca}"),
+        );
     let cfg = scratch.write("worker.toml", &text);
     let cfg = cfg.to_str().expect("utf-8 path");
     setup_and_produce(&scratch, cfg, &trusted, 1, &["ok-1", "ok-2", "ok-3"], &[]).await;
     setup_and_produce(&scratch, cfg, &untrusted, 1, &["ok-untrusted"], &[]).await;
+    setup_and_produce(&scratch, cfg, &misnamed, 1, &["ok-misnamed"], &[]).await;
     let stats = run_until_idle(&scratch, cfg).await;
     assert_eq!(count(&stats, "accepted"), 3, "{stats}");
-    assert_eq!(count(&stats, "dlq"), 1, "{stats}");
-    assert_eq!(count(&stats, "released"), 1, "retried once: {stats}");
+    assert_eq!(count(&stats, "dlq"), 2, "{stats}");
+    assert_eq!(count(&stats, "released"), 2, "each retried once: {stats}");
     let mut seen = bodies(&seen);
     seen.sort();
     assert_eq!(seen, ["ok-1", "ok-2", "ok-3"], "nothing else got through");
-    let error = dead_letter_error(&untrusted);
+    assert!(bodies(&misnamed_seen).is_empty());
     assert_eq!(
-        error,
+        dead_letter_error(&untrusted),
         "TLS certificate error: the server's certificate was refused: invalid peer certificate: UnknownIssuer"
+    );
+    let error = dead_letter_error(&misnamed);
+    assert!(
+        error.starts_with(
+            "TLS certificate error: the server's certificate was refused: invalid peer certificate: certificate not valid for name \"localhost\""
+        ),
+        "{error}"
     );
 }
 
@@ -201,11 +233,80 @@ async fn the_system_roots_are_trusted() {
     let cfg = scratch.write("worker.toml", &two_attempts(config(&group, &topic, &route)));
     let cfg = cfg.to_str().expect("utf-8 path");
     setup_and_produce(&scratch, cfg, &topic, 1, &["ok-1", "ok-2"], &[]).await;
-    let stats =
-        run_until_idle_with(&scratch, cfg, &[("SSL_CERT_FILE", Pki::path(&pki.ca))]).await;
+    let stats = run_until_idle_with(&scratch, cfg, &[("SSL_CERT_FILE", Pki::path(&pki.ca))]).await;
     assert_eq!(count(&stats, "accepted"), 2, "{stats}");
     assert_eq!(count(&stats, "dlq"), 0, "{stats}");
     assert_eq!(bodies(&seen).len(), 2);
+}
+
+#[tokio::test]
+async fn a_host_without_system_roots_runs_http_and_ca_file_routes_and_refuses_others_at_start() {
+    // `SSL_CERT_FILE=/dev/null` (and no `SSL_CERT_DIR`): no system roots, as in a slim container.
+    let no_roots = [("SSL_CERT_FILE", "/dev/null"), ("SSL_CERT_DIR", "")];
+    let scratch = Scratch::new();
+    let pki = Pki::new(&scratch);
+    let (port, https_seen) = https_endpoint(pki.acceptor(false)).await;
+    let plain = TcpListener::bind("127.0.0.1:0").await.expect("binding");
+    let plain_addr = plain.local_addr().expect("an address");
+    let plain_seen = Arc::new(Mutex::new(Seen::default()));
+    let plain_server = tokio::spawn(serve(plain, plain_seen.clone()));
+    let otlp = TcpListener::bind("127.0.0.1:0").await.expect("binding");
+    let otlp_addr = otlp.local_addr().expect("an address");
+    let exports = Exports::default();
+    let collector = tokio::spawn(collector(otlp, exports.clone()));
+    let secure = unique("cli-noroots-https");
+    let insecure = unique("cli-noroots-http");
+    let group = unique("cli-noroots-group");
+    let route = format!(
+        "handler = \"http\"\nurl = \"https://localhost:{port}/send\"\ntimeout = \"5s\"\nca-file = \"{}\"",
+        Pki::path(&pki.ca)
+    );
+    let toml = config(&group, &secure, &route).replace(
+        "[dlq]",
+        &format!(
+            "[telemetry]\notlp-endpoint = \"http://{otlp_addr}\"\notlp-interval = \"200ms\"\n\n[dlq]"
+        ),
+    ) + &another_route(&insecure, &format!("url = \"http://{plain_addr}/send\""));
+    let cfg = scratch.write("worker.toml", &toml);
+    let cfg = cfg.to_str().expect("utf-8 path");
+    setup_and_produce(&scratch, cfg, &secure, 1, &["ok-secure"], &[]).await;
+    setup_and_produce(&scratch, cfg, &insecure, 1, &["ok-plain"], &[]).await;
+    let stats = run_until_idle_with(&scratch, cfg, &no_roots).await;
+    assert_eq!(count(&stats, "accepted"), 2, "{stats}");
+    assert_eq!(bodies(&https_seen), ["ok-secure"]);
+    assert_eq!(bodies(&plain_seen), ["ok-plain"]);
+    assert!(
+        exports
+            .lock()
+            .expect("the exports lock")
+            .iter()
+            .any(|(path, _)| path == "/v1/traces"),
+        "spans reached the http:// collector"
+    );
+
+    // An https route trusting only the system's roots cannot start on such a host.
+    let bare = scratch.write(
+        "bare.toml",
+        &config(
+            &group,
+            &secure,
+            &format!("handler = \"http\"\nurl = \"https://localhost:{port}/send\""),
+        ),
+    );
+    let out = share_worker(
+        &["check", "--config", bare.to_str().expect("utf-8 path")],
+        &no_roots,
+    )
+    .await;
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!("route {secure}: creating the HTTP client"))
+            && stderr.contains("No CA certificates were loaded from the system"),
+        "{stderr}"
+    );
+    plain_server.abort();
+    collector.abort();
 }
 
 #[tokio::test]
@@ -252,7 +353,7 @@ async fn a_bad_tls_file_stops_the_worker_at_start_and_holds_no_record() {
     let (port, seen) = https_endpoint(pki.acceptor(true)).await;
     let topic = unique("cli-https-badfile");
     let group = unique("cli-https-badfile-group");
-    let route = |key: &std::path::Path| {
+    let route = |key: &Path| {
         format!(
             "handler = \"http\"\nurl = \"https://localhost:{port}/send\"\nca-file = \"{}\"\ncert-file = \"{}\"\nkey-file = \"{}\"",
             Pki::path(&pki.ca),
@@ -286,7 +387,11 @@ async fn a_bad_tls_file_stops_the_worker_at_start_and_holds_no_record() {
             ),
         ),
     );
-    let out = share_worker(&["run", "--config", gone.to_str().expect("utf-8 path")], &[]).await;
+    let out = share_worker(
+        &["run", "--config", gone.to_str().expect("utf-8 path")],
+        &[],
+    )
+    .await;
     assert!(!out.status.success());
     let stderr = text(&out.stderr);
     assert!(
@@ -298,7 +403,10 @@ async fn a_bad_tls_file_stops_the_worker_at_start_and_holds_no_record() {
     );
 
     // The record was never acquired: its first delivery is the good run's.
-    let good = scratch.write("good.toml", &config(&group, &topic, &route(&pki.client_key)));
+    let good = scratch.write(
+        "good.toml",
+        &config(&group, &topic, &route(&pki.client_key)),
+    );
     let stats = run_until_idle(&scratch, good.to_str().expect("utf-8 path")).await;
     assert_eq!(count(&stats, "accepted"), 1, "{stats}");
     let seen = seen.lock().expect("the seen lock");

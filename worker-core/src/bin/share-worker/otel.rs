@@ -48,14 +48,11 @@ impl Otel {
         let mut tracer = None;
         if let Some(endpoint) = &config.otlp_endpoint {
             let base = endpoint.trim_end_matches('/');
-            let client = otlp_client(config)?;
-            let mut metrics = MetricExporter::builder()
+            let client = otlp_client(config, endpoint)?;
+            let metrics = MetricExporter::builder()
                 .with_http()
-                .with_endpoint(format!("{base}/v1/metrics"));
-            if let Some(client) = &client {
-                metrics = metrics.with_http_client(client.clone());
-            }
-            let metrics = metrics
+                .with_http_client(client.clone())
+                .with_endpoint(format!("{base}/v1/metrics"))
                 .build()
                 .with_context(|| {
                     format!("telemetry.otlp-endpoint: cannot export metrics to {base}")
@@ -65,13 +62,10 @@ impl Otel {
                     .with_interval(config.otlp_interval)
                     .build(),
             );
-            let mut spans = SpanExporter::builder()
+            let spans = SpanExporter::builder()
                 .with_http()
-                .with_endpoint(format!("{base}/v1/traces"));
-            if let Some(client) = client {
-                spans = spans.with_http_client(client);
-            }
-            let spans = spans
+                .with_http_client(client)
+                .with_endpoint(format!("{base}/v1/traces"))
                 .build()
                 .with_context(|| {
                     format!("telemetry.otlp-endpoint: cannot export spans to {base}")
@@ -137,20 +131,25 @@ impl Otel {
     }
 }
 
-/// With `otlp-ca-file`, the exporters' blocking HTTP client trusting its CA certificates in
-/// addition to the system's roots; without it, `None`: the exporters' own client, which trusts the
-/// system's roots. Call it outside the async runtime.
-fn otlp_client(config: &TelemetrySection) -> anyhow::Result<Option<reqwest::blocking::Client>> {
-    let Some(path) = &config.otlp_ca_file else {
-        return Ok(None);
-    };
-    let certs = tls::ca_certificates("telemetry.otlp-ca-file", path)?;
-    let client = reqwest::blocking::Client::builder()
-        .timeout(OTEL_EXPORTER_OTLP_TIMEOUT_DEFAULT)
-        .tls_certs_merge(certs)
-        .build()
-        .context("telemetry.otlp-ca-file: cannot create the OTLP HTTP client")?;
-    Ok(Some(client))
+/// The exporters' blocking HTTP client for `endpoint`: an https:// one trusts the system's roots
+/// and the CA certificates of `otlp-ca-file`; an http:// one loads no roots (a slim container may
+/// have none). Built here rather than by the exporters so that a failure says why; its timeout is
+/// theirs by default, 10 s. Call it outside the async runtime.
+fn otlp_client(
+    config: &TelemetrySection,
+    endpoint: &str,
+) -> anyhow::Result<reqwest::blocking::Client> {
+    let mut client =
+        reqwest::blocking::Client::builder().timeout(OTEL_EXPORTER_OTLP_TIMEOUT_DEFAULT);
+    if endpoint.starts_with("http://") {
+        client = client.tls_certs_only([]);
+    }
+    if let Some(path) = &config.otlp_ca_file {
+        client = client.tls_certs_merge(tls::ca_certificates("telemetry.otlp-ca-file", path)?);
+    }
+    client.build().with_context(|| {
+        format!("telemetry.otlp-endpoint: cannot create an HTTP client for {endpoint}")
+    })
 }
 
 /// Every metric of `registry` in the Prometheus text format.

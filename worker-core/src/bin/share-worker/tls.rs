@@ -174,14 +174,18 @@ mod tests {
 
     #[test]
     fn tls_errors_are_found_behind_io_errors() {
-        let unknown = wrapped(TlsError::InvalidCertificate(CertificateError::UnknownIssuer));
+        let unknown = wrapped(TlsError::InvalidCertificate(
+            CertificateError::UnknownIssuer,
+        ));
         assert_eq!(
             failure_reason(&unknown).as_deref(),
             Some(
                 "TLS certificate error: the server's certificate was refused: invalid peer certificate: UnknownIssuer"
             )
         );
-        let name = wrapped(TlsError::InvalidCertificate(CertificateError::NotValidForName));
+        let name = wrapped(TlsError::InvalidCertificate(
+            CertificateError::NotValidForName,
+        ));
         assert!(
             failure_reason(&name)
                 .is_some_and(|r| r.starts_with("TLS certificate error: the server's certificate")),
@@ -321,7 +325,8 @@ mod tests {
         );
         let err = identity(&garbage, &empty).unwrap_err();
         assert!(
-            format!("{err:#}").starts_with(&format!("`key-file` {}: no private key", empty.display())),
+            format!("{err:#}")
+                .starts_with(&format!("`key-file` {}: no private key", empty.display())),
             "{err:#}"
         );
         let _ = std::fs::remove_dir_all(&dir);
