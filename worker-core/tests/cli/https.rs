@@ -16,6 +16,7 @@ use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
@@ -118,8 +119,10 @@ impl Pki {
     }
 }
 
-/// Accepts TLS connections on `listener`, each handed to `connection` once its handshake is done
-/// (a failed handshake just closes it).
+/// Accepts TLS connections on `listener`, each handed to `connection` once its handshake is done.
+/// After a failed handshake (its alert sent) the connection is read to its end before it is
+/// closed: closing with the client's request unread would reset it, and the reset can overtake
+/// the alert.
 async fn serve_tls<F, Fut>(listener: TcpListener, acceptor: TlsAcceptor, connection: F)
 where
     F: Fn(TlsStream<TcpStream>) -> Fut + Clone + Send + 'static,
@@ -129,8 +132,13 @@ where
         let acceptor = acceptor.clone();
         let connection = connection.clone();
         tokio::spawn(async move {
-            if let Ok(tls) = acceptor.accept(stream).await {
-                connection(tls).await;
+            match acceptor.accept(stream).into_fallible().await {
+                Ok(tls) => connection(tls).await,
+                Err((_, mut stream)) => {
+                    let mut sink = [0u8; 4096];
+                    let drain = async { while matches!(stream.read(&mut sink).await, Ok(1..)) {} };
+                    let _ = tokio::time::timeout(DEADLINE, drain).await;
+                }
             }
         });
     }

@@ -90,11 +90,29 @@ impl Http {
             Ok(response) => classify(response.status(), response.headers(), self.on_redirect),
             Err(err) => match tls::failure_reason(&err) {
                 Some(reason) => Outcome::retry(reason),
-                None if err.is_timeout() => Outcome::retry(format!("timed out: {err}")),
-                None => Outcome::retry(format!("request failed: {err}")),
+                None if err.is_timeout() => {
+                    Outcome::retry(format!("timed out: {}", with_causes(&err)))
+                }
+                None => Outcome::retry(format!("request failed: {}", with_causes(&err))),
             },
         }
     }
+}
+
+/// `err` and its causes, `: `-separated: reqwest's own message names none ("error sending request
+/// for url (…)"), where the cause says what happened (a refused connection, a reset).
+fn with_causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let message = cause.to_string();
+        if !text.ends_with(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// The outcome of a response.
@@ -184,6 +202,26 @@ mod tests {
             classify(StatusCode::NOT_FOUND, &two, retry),
             Outcome::Reject { .. }
         ));
+    }
+
+    #[tokio::test]
+    async fn a_failed_request_says_why() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let err = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{port}/send"))
+            .send()
+            .await
+            .unwrap_err();
+        let reason = with_causes(&err);
+        assert!(
+            reason.starts_with(&format!(
+                "error sending request for url (http://127.0.0.1:{port}/send): "
+            )) && reason.contains("Connection refused"),
+            "{reason}"
+        );
     }
 
     #[test]
