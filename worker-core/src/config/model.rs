@@ -242,7 +242,7 @@ pub struct RouteSection {
         skip_serializing_if = "Option::is_none"
     )]
     pub timeout: Option<Duration>,
-    /// http: where to send the payload. Required for http.
+    /// http: where to send the payload, an `http://` or `https://` URL. Required for http.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// http: the method (default `POST`).
