@@ -280,6 +280,10 @@ pub struct TelemetrySection {
     /// `/v1/traces` and `/v1/metrics` under it (default: no export).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub otlp_endpoint: Option<String>,
+    /// PEM file of CA certificates trusted for an `https://` `otlp-endpoint` in addition to the
+    /// system's roots (default: the system's roots only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp_ca_file: Option<PathBuf>,
     /// How often metrics are pushed to the OTLP endpoint (default 10s).
     #[serde(default = "default_otlp_interval", with = "duration")]
     pub otlp_interval: Duration,
@@ -297,6 +301,7 @@ impl Default for TelemetrySection {
             listen: None,
             log_format: LogFormat::default(),
             otlp_endpoint: None,
+            otlp_ca_file: None,
             otlp_interval: default_otlp_interval(),
             service_name: default_service_name(),
             lag_interval: default_lag_interval(),
@@ -346,7 +351,7 @@ pub struct RouteSection {
         skip_serializing_if = "Option::is_none"
     )]
     pub timeout: Option<Duration>,
-    /// http: where to send the payload. Required for http.
+    /// http: where to send the payload, an `http://` or `https://` URL. Required for http.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// http: the method (default `POST`).
@@ -356,6 +361,17 @@ pub struct RouteSection {
     /// to a login page would accept a record that was never delivered (default `retry`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_redirect: Option<OnRedirect>,
+    /// http, `https://` URLs: PEM file of CA certificates trusted in addition to the system's
+    /// roots (default: the system's roots only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    /// http, `https://` URLs: PEM file of the client certificate (chain) presented to the server,
+    /// for mutual TLS; needs `key-file` (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<PathBuf>,
+    /// http, `https://` URLs: PEM file of the private key of `cert-file` (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
     /// exec: the program and its arguments. Required for exec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,

@@ -6,6 +6,7 @@ mod support;
 
 mod check;
 mod handlers;
+mod https;
 mod replay;
 mod run;
 mod security;

@@ -17,6 +17,7 @@ mod setup;
 mod stats;
 mod status;
 mod telemetry;
+mod tls;
 mod topics;
 
 use std::path::PathBuf;

@@ -29,6 +29,12 @@ pub(crate) async fn run(
     let started = Instant::now();
     // One setting for every connection: clones share the OAUTHBEARER token cache.
     let security = config.security()?;
+    // Before joining the group: a route that cannot start (a bad TLS file, say) holds no record.
+    let routes = config
+        .routes
+        .iter()
+        .map(|route| Ok((route.topic.clone(), handlers::handler(route)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let telemetry = match config.telemetry.listen {
         Some(addr) => {
             let listener = TcpListener::bind(addr)
@@ -75,11 +81,8 @@ pub(crate) async fn run(
     if let Some(sink) = config.dlq_sink()? {
         builder = builder.dlq(sink);
     }
-    for route in &config.routes {
-        builder = builder.route(
-            route.topic.clone(),
-            handlers::service(route, activity.clone())?,
-        );
+    for (topic, handler) in routes {
+        builder = builder.route(topic, handler.into_service(activity.clone()));
     }
     let worker = builder.build()?;
     if let Some(telemetry) = &telemetry {
