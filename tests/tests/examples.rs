@@ -2,7 +2,6 @@
 //! deliberately failing ones in the dead-letter topic (`examples/src/{sms,webhook}.rs`).
 
 use std::collections::{BTreeSet, HashSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;

@@ -313,7 +313,10 @@ async fn a_handler_that_blocks_its_thread_stops_no_other_record() -> anyhow::Res
     assert_eq!(summary.accepted, RECORDS as u64, "{summary:?}");
     assert_eq!(summary.renewal_failures, 0, "no lock ran out: {summary:?}");
     assert_eq!(summary.possible_duplicates, 0, "{summary:?}");
-    assert_eq!(summary.dispatcher_stalls, 0, "one blocked thread is no stall");
+    assert_eq!(
+        summary.dispatcher_stalls, 0,
+        "one blocked thread is no stall"
+    );
     assert_eq!(health.stalls(), None);
     Ok(())
 }
@@ -415,9 +418,11 @@ async fn a_stuck_route_leaves_the_other_topic_flowing() -> anyhow::Result<()> {
     let shutdown = worker.shutdown_handle();
     let started = Instant::now();
     let running = tokio::spawn(worker.run());
-    wait_for("the fast topic's lag to reach 0", Duration::from_secs(30), async || {
-        Ok(admin.share_group_lag(&group, &fast).await? == 0)
-    })
+    wait_for(
+        "the fast topic's lag to reach 0",
+        Duration::from_secs(30),
+        async || Ok(admin.share_group_lag(&group, &fast).await? == 0),
+    )
     .await?;
     let took = started.elapsed();
     shutdown.shutdown();

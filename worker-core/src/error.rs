@@ -29,6 +29,9 @@ pub enum ErrorKind {
     Unsupported,
     /// Not allowed: a topic or group authorization failure.
     Authorization,
+    /// The broker refused who we are or how we connect: SASL credentials or mechanism, a
+    /// certificate not trusted (either side), a security protocol the listener does not speak.
+    Authentication,
     /// The group cannot be joined (wrong group type, full, ...).
     Group,
     /// The dead-letter sink failed.

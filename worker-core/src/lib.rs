@@ -62,6 +62,7 @@ pub mod kafka;
 mod outcome;
 pub mod policy;
 pub mod runtime;
+pub mod security;
 pub mod source;
 pub mod telemetry;
 pub mod testing;

@@ -1,7 +1,6 @@
 //! The README's library example: a worker that accepts every SMS job, with a dead-letter topic.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use tower::service_fn;
 use worker_core::dlq::KafkaDlqSink;
 use worker_core::kafka::{Admin, KafkaSource};

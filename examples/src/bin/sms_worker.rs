@@ -4,7 +4,6 @@
 //! Produce jobs with e.g. `{"to":"+4915112345678","text":"hi"}` lines on topic `sms`; undeliverable
 //! ones land in `sms.dlq`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use examples::demo_backoff;

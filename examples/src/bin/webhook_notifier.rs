@@ -1,7 +1,6 @@
 //! `cargo run -p examples --bin webhook_notifier -- [BOOTSTRAP] [GROUP]`: delivers the events of
 //! topic `webhooks` through tower layers (2 s timeout, 500 deliveries/s) until ctrl-c.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use examples::demo_backoff;

@@ -2,8 +2,9 @@
 //!
 //! After the prefix, `__` separates keys and `_` stands for `-` (so
 //! `SHARE_WORKER__WORKER__MAX_POLL_RECORDS` sets `worker.max-poll-records`). Values are parsed like
-//! figment's `Env` provider does (numbers, booleans, else strings). Tables only: `[[route]]` entries
-//! cannot be overridden.
+//! figment's `Env` provider does (numbers, booleans, else strings), except under `[kafka]`, where
+//! every value is taken as text (`SHARE_WORKER__KAFKA__SASL__PASSWORD=0123` is the password
+//! "0123"). Tables only: `[[route]]` entries cannot be overridden.
 
 use figment::value::{Dict, Map, Value};
 use figment::{Metadata, Profile, Provider};
@@ -46,10 +47,14 @@ impl Provider for EnvOverride {
     }
 
     fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
-        let value: Value = self
-            .value
-            .parse()
-            .unwrap_or_else(|_| Value::from(self.value.clone()));
+        // Every `[kafka]` key is text: a password "0123" must not become the number 123.
+        let value: Value = if self.path.first().is_some_and(|t| t == "kafka") {
+            Value::from(self.value.clone())
+        } else {
+            self.value
+                .parse()
+                .unwrap_or_else(|_| Value::from(self.value.clone()))
+        };
         let key = self.path.join(".");
         let dict = figment::util::nest(&key, value)
             .into_dict()

@@ -7,7 +7,11 @@
 //! every [`ConfigError`] names the file and line (or the environment variable), the key and what
 //! was expected. The validated config then drives the same builders a program would call:
 //! [`Config::source_builder`] ([`KafkaSource`](crate::kafka::KafkaSource)),
-//! [`Config::configure`] ([`WorkerBuilder`]) and [`Config::dlq_sink`] ([`KafkaDlqSink`]).
+//! [`Config::configure`] ([`WorkerBuilder`]) and [`Config::dlq_sink`] ([`KafkaDlqSink`]), all
+//! secured by [`Config::security`] (`kafka.security-protocol`, `[kafka.tls]`, `[kafka.sasl]`).
+//!
+//! Secrets (`password`, `client-secret`, `token`) show as `***` in `Debug` and in
+//! [`Config::to_toml`]; the values themselves stay in the loaded config.
 //!
 //! Every key, with its default, is in `worker-core/reference.toml`, which a test parses:
 //!
@@ -54,6 +58,9 @@ use figment::providers::{Format, Toml};
 use crate::dlq::{DlqTopic, KafkaDlqSink};
 use crate::kafka::KafkaSourceBuilder;
 use crate::policy::Backoff;
+use crate::security::{
+    OidcClientCredentials, Protocol, SaslConfig, Secret, Security, TlsConfig, TokenSource,
+};
 use crate::source::ShareSource;
 use crate::{Error, ErrorKind, Result, WorkerBuilder};
 
@@ -61,8 +68,8 @@ pub use env::ENV_PREFIX;
 pub use error::ConfigError;
 pub use model::{
     Config, DEFAULT_ENV_PASS, DEFAULT_ROUTE_TIMEOUT, DlqSection, HandlerKind, KafkaSection,
-    LogFormat, OffsetReset, OnRedirect, RECORD_ENV_PREFIX, RetrySection, RouteSection,
-    TelemetrySection, WorkerSection,
+    LogFormat, OauthSection, OffsetReset, OnRedirect, RECORD_ENV_PREFIX, RetrySection,
+    RouteSection, SaslMechanism, SaslSection, TelemetrySection, TlsSection, WorkerSection,
 };
 
 use env::EnvOverride;
@@ -120,7 +127,8 @@ impl Config {
         Ok(config)
     }
 
-    /// The effective configuration as TOML (defaults filled in, overrides applied).
+    /// The effective configuration as TOML (defaults filled in, overrides applied), secrets as
+    /// `***`.
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self)
             .unwrap_or_else(|err| format!("# cannot print the configuration: {err}\n"))
@@ -150,17 +158,104 @@ impl Config {
         self.dlq.as_ref().and_then(|d| DlqTopic::new(&d.topic).ok())
     }
 
-    /// A [`KafkaSource`](crate::kafka::KafkaSource) builder subscribed to every route topic.
-    pub fn source_builder(&self) -> KafkaSourceBuilder {
+    /// A [`KafkaSource`](crate::kafka::KafkaSource) builder subscribed to every route topic,
+    /// secured by [`Config::security`].
+    pub fn source_builder(&self) -> Result<KafkaSourceBuilder> {
         let mut builder =
             KafkaSourceBuilder::new(self.kafka.bootstrap.clone(), self.worker.group.clone())
                 .client_id(self.kafka.client_id.clone())
                 .max_wait(self.kafka.max_wait)
-                .request_timeout(self.kafka.request_timeout);
+                .request_timeout(self.kafka.request_timeout)
+                .security(self.security()?);
         for topic in self.topics() {
             builder = builder.topic(topic);
         }
-        builder
+        Ok(builder)
+    }
+
+    /// How every Kafka connection is secured (`kafka.security-protocol`, `[kafka.tls]`,
+    /// `[kafka.sasl]`), the `*-file` secrets read now. Each call makes a new setting (with its own
+    /// OAUTHBEARER token cache): make one and clone it.
+    pub fn security(&self) -> Result<Security> {
+        let kafka = &self.kafka;
+        let tls = || {
+            let section = kafka.tls.clone().unwrap_or_default();
+            let tls = match section.ca_file {
+                Some(ca) => TlsConfig::ca_file(ca),
+                None => TlsConfig::system_roots(),
+            };
+            match (section.cert_file, section.key_file) {
+                (Some(cert), Some(key)) => tls.client_cert(cert, key),
+                _ => tls,
+            }
+        };
+        Ok(match kafka.security_protocol {
+            Protocol::Plaintext => Security::plaintext(),
+            Protocol::Ssl => Security::ssl(tls()),
+            Protocol::SaslPlaintext => Security::sasl_plaintext(self.sasl()?),
+            Protocol::SaslSsl => Security::sasl_ssl(self.sasl()?, tls()),
+        })
+    }
+
+    /// `[kafka.sasl]` as a [`SaslConfig`]; validated at load, so an error here is a file that
+    /// changed since (a secret file gone).
+    fn sasl(&self) -> Result<SaslConfig> {
+        let missing = |key: &str| {
+            Error::new(
+                ErrorKind::Config,
+                format!("`{key}`: missing (the configuration was not validated)"),
+            )
+        };
+        let sasl = self
+            .kafka
+            .sasl
+            .as_ref()
+            .ok_or_else(|| missing("kafka.sasl"))?;
+        let secret = |value: &Option<Secret>, file: &Option<std::path::PathBuf>, key: &str| match (
+            value, file,
+        ) {
+            (Some(value), _) => Ok(value.clone()),
+            (None, Some(file)) => Secret::from_file(file),
+            (None, None) => Err(missing(key)),
+        };
+        let password = || secret(&sasl.password, &sasl.password_file, "kafka.sasl.password");
+        let username = || {
+            sasl.username
+                .clone()
+                .ok_or_else(|| missing("kafka.sasl.username"))
+        };
+        Ok(match sasl.mechanism {
+            SaslMechanism::Plain => SaslConfig::plain(username()?, password()?),
+            SaslMechanism::ScramSha256 => SaslConfig::scram_sha256(username()?, password()?),
+            SaslMechanism::ScramSha512 => SaslConfig::scram_sha512(username()?, password()?),
+            SaslMechanism::OAuthBearer => {
+                let oauth = sasl
+                    .oauth
+                    .as_ref()
+                    .ok_or_else(|| missing("kafka.sasl.oauth"))?;
+                let source = match (&oauth.token, &oauth.token_file, &oauth.token_endpoint) {
+                    (Some(token), _, _) => TokenSource::Static(token.clone()),
+                    (None, Some(file), _) => TokenSource::File(file.clone()),
+                    (None, None, Some(endpoint)) => {
+                        TokenSource::ClientCredentials(OidcClientCredentials {
+                            token_endpoint: endpoint.clone(),
+                            client_id: oauth
+                                .client_id
+                                .clone()
+                                .ok_or_else(|| missing("kafka.sasl.oauth.client-id"))?,
+                            client_secret: secret(
+                                &oauth.client_secret,
+                                &oauth.client_secret_file,
+                                "kafka.sasl.oauth.client-secret",
+                            )?,
+                            scope: oauth.scope.clone(),
+                        })
+                    }
+                    (None, None, None) => return Err(missing("kafka.sasl.oauth.token")),
+                };
+                SaslConfig::oauthbearer(source)
+            }
+        })
     }
 
     /// The `[retry]` backoff.
@@ -193,7 +288,7 @@ impl Config {
         builder
     }
 
-    /// The `[dlq]` sink, or `None` without a `[dlq]` table.
+    /// The `[dlq]` sink, secured by [`Config::security`], or `None` without a `[dlq]` table.
     pub fn dlq_sink(&self) -> Result<Option<Arc<KafkaDlqSink>>> {
         let Some(template) = self.dlq_template() else {
             if self.dlq.is_some() {
@@ -207,6 +302,7 @@ impl Config {
         let sink = KafkaDlqSink::builder(self.kafka.bootstrap.clone(), self.worker.group.clone())
             .topic(template)
             .worker(self.kafka.client_id.clone())
+            .security(self.security()?)
             .build()?;
         Ok(Some(Arc::new(sink)))
     }

@@ -1,11 +1,13 @@
 //! The serde model of the TOML file: one struct per table, kebab-case keys, unknown keys refused.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::duration;
+use crate::security::{Protocol, Secret};
 
 /// The whole file. See `worker-core/reference.toml` for every key with its default.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -46,6 +48,114 @@ pub struct KafkaSection {
     /// How long a broker may take to answer (default 30s).
     #[serde(default = "default_request_timeout", with = "duration")]
     pub request_timeout: Duration,
+    /// `plaintext` (default), `ssl`, `sasl_plaintext` or `sasl_ssl`: every Kafka connection of
+    /// the worker (share client, admin, dead-letter producer, replay, produce) uses it.
+    #[serde(default)]
+    pub security_protocol: Protocol,
+    /// `[kafka.tls]`: what to trust and, for mutual TLS, who to be (`ssl` and `sasl_ssl` only;
+    /// default: the system roots, no client certificate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSection>,
+    /// `[kafka.sasl]`: the mechanism and its credentials (required for `sasl_plaintext` and
+    /// `sasl_ssl`, refused otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sasl: Option<SaslSection>,
+}
+
+/// `[kafka.tls]`: PEM files.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[non_exhaustive]
+pub struct TlsSection {
+    /// The certificate authorities to trust, only those (default: the system roots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    /// The client certificate (chain), for mutual TLS; with `key-file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<PathBuf>,
+    /// The client certificate's private key (PKCS#8, PKCS#1 or SEC1); with `cert-file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
+}
+
+/// `[kafka.sasl]`. `Debug` and the printed configuration show no secret.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[non_exhaustive]
+pub struct SaslSection {
+    /// `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512` or `OAUTHBEARER`. Required.
+    pub mechanism: SaslMechanism,
+    /// PLAIN and SCRAM: the user. Required for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// PLAIN and SCRAM: the password (or `password-file`). Printed as `***`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<Secret>,
+    /// PLAIN and SCRAM: a file holding the password (trailing line breaks ignored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
+    /// `[kafka.sasl.oauth]`: where OAUTHBEARER tokens come from (OAUTHBEARER only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<OauthSection>,
+}
+
+/// A SASL mechanism, as brokers name it.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SaslMechanism {
+    /// Username and password in the clear (over TLS only, in practice).
+    #[serde(rename = "PLAIN")]
+    Plain,
+    /// SCRAM with SHA-256: the password never crosses the wire.
+    #[serde(rename = "SCRAM-SHA-256")]
+    ScramSha256,
+    /// SCRAM with SHA-512.
+    #[serde(rename = "SCRAM-SHA-512")]
+    ScramSha512,
+    /// OAuth 2 bearer tokens, from `[kafka.sasl.oauth]`.
+    #[serde(rename = "OAUTHBEARER")]
+    OAuthBearer,
+}
+
+impl SaslMechanism {
+    /// The broker's name of it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+            SaslMechanism::OAuthBearer => "OAUTHBEARER",
+        }
+    }
+}
+
+/// `[kafka.sasl.oauth]`: exactly one of `token`, `token-file` or `token-endpoint` (the OIDC
+/// client-credentials grant, with `client-id` and `client-secret` or `client-secret-file`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[non_exhaustive]
+pub struct OauthSection {
+    /// One token, used until it expires. Printed as `***`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<Secret>,
+    /// A file holding the token, read again when it changes (a sidecar rotating it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+    /// The OIDC token endpoint (http:// or https:// URL) of the client-credentials grant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_endpoint: Option<String>,
+    /// With `token-endpoint`: the client id. Required for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// With `token-endpoint`: the client secret (or `client-secret-file`). Printed as `***`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<Secret>,
+    /// With `token-endpoint`: a file holding the client secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret_file: Option<PathBuf>,
+    /// With `token-endpoint`: the scope asked for (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
 }
 
 /// `[worker]`.
@@ -170,6 +280,10 @@ pub struct TelemetrySection {
     /// `/v1/traces` and `/v1/metrics` under it (default: no export).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub otlp_endpoint: Option<String>,
+    /// PEM file of CA certificates trusted for an `https://` `otlp-endpoint` in addition to the
+    /// system's roots (default: the system's roots only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp_ca_file: Option<PathBuf>,
     /// How often metrics are pushed to the OTLP endpoint (default 10s).
     #[serde(default = "default_otlp_interval", with = "duration")]
     pub otlp_interval: Duration,
@@ -187,6 +301,7 @@ impl Default for TelemetrySection {
             listen: None,
             log_format: LogFormat::default(),
             otlp_endpoint: None,
+            otlp_ca_file: None,
             otlp_interval: default_otlp_interval(),
             service_name: default_service_name(),
             lag_interval: default_lag_interval(),
@@ -236,7 +351,7 @@ pub struct RouteSection {
         skip_serializing_if = "Option::is_none"
     )]
     pub timeout: Option<Duration>,
-    /// http: where to send the payload. Required for http.
+    /// http: where to send the payload, an `http://` or `https://` URL. Required for http.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// http: the method (default `POST`).
@@ -246,6 +361,17 @@ pub struct RouteSection {
     /// to a login page would accept a record that was never delivered (default `retry`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_redirect: Option<OnRedirect>,
+    /// http, `https://` URLs: PEM file of CA certificates trusted in addition to the system's
+    /// roots (default: the system's roots only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    /// http, `https://` URLs: PEM file of the client certificate (chain) presented to the server,
+    /// for mutual TLS; needs `key-file` (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<PathBuf>,
+    /// http, `https://` URLs: PEM file of the private key of `cert-file` (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
     /// exec: the program and its arguments. Required for exec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,

@@ -6,6 +6,8 @@ use std::time::Duration;
 use super::model::{Config, HandlerKind, RECORD_ENV_PREFIX, RouteSection};
 use crate::dlq::DlqTopic;
 
+mod security;
+
 /// A failed check: the key path (TOML segments) and what was expected.
 pub(crate) type Invalid = (Vec<String>, String);
 
@@ -34,6 +36,7 @@ pub(crate) fn check(config: &Config) -> Result<(), Invalid> {
             "expected a duration above 0",
         ));
     }
+    security::check(kafka)?;
     let worker = &config.worker;
     if worker.group.trim().is_empty() {
         return Err(bad(
@@ -149,6 +152,27 @@ fn check_telemetry(config: &Config) -> Result<(), Invalid> {
             ));
         }
     }
+    if let Some(path) = &telemetry.otlp_ca_file {
+        let key = ["telemetry", "otlp-ca-file"];
+        if path.as_os_str().is_empty() {
+            return Err(bad(&key, "expected the path of a PEM file"));
+        }
+        match &telemetry.otlp_endpoint {
+            Some(endpoint) if endpoint.starts_with("https://") => {}
+            Some(endpoint) => {
+                return Err(bad(
+                    &key,
+                    format!("applies to an https:// `otlp-endpoint` only, found {endpoint:?}"),
+                ));
+            }
+            None => {
+                return Err(bad(
+                    &key,
+                    "applies to an https:// `otlp-endpoint` only, and none is set",
+                ));
+            }
+        }
+    }
     if telemetry.otlp_interval < Duration::from_millis(100) {
         return Err(bad(
             &["telemetry", "otlp-interval"],
@@ -203,6 +227,9 @@ fn check_route(route: &RouteSection) -> Result<(), Invalid> {
         route.on_redirect.is_some(),
         HandlerKind::Http,
     )?;
+    only("ca-file", route.ca_file.is_some(), HandlerKind::Http)?;
+    only("cert-file", route.cert_file.is_some(), HandlerKind::Http)?;
+    only("key-file", route.key_file.is_some(), HandlerKind::Http)?;
     only("command", route.command.is_some(), HandlerKind::Exec)?;
     only(
         "reject-exit-codes",
@@ -225,9 +252,10 @@ fn check_route(route: &RouteSection) -> Result<(), Invalid> {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(bad(
                     &["url"],
-                    format!("expected an http:// URL, found {url:?}"),
+                    format!("expected an http:// or https:// URL, found {url:?}"),
                 ));
             }
+            check_tls_files(route, url)?;
             if let Some(method) = &route.method
                 && (method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()))
             {
@@ -266,6 +294,39 @@ fn check_route(route: &RouteSection) -> Result<(), Invalid> {
         }
     }
     Ok(())
+}
+
+/// `ca-file`, `cert-file` and `key-file` of an http route to `url`: paths (read at start by the
+/// binary), for an https:// URL only, the client certificate and its key together.
+fn check_tls_files(route: &RouteSection, url: &str) -> Result<(), Invalid> {
+    let files = [
+        ("ca-file", &route.ca_file),
+        ("cert-file", &route.cert_file),
+        ("key-file", &route.key_file),
+    ];
+    for (key, path) in files {
+        let Some(path) = path else { continue };
+        if path.as_os_str().is_empty() {
+            return Err(bad(&[key], "expected the path of a PEM file"));
+        }
+        if !url.starts_with("https://") {
+            return Err(bad(
+                &[key],
+                format!("applies to https:// URLs only, this route's url is {url:?}"),
+            ));
+        }
+    }
+    match (&route.cert_file, &route.key_file) {
+        (Some(_), None) => Err(bad(
+            &["cert-file"],
+            "expected `key-file` too: a client certificate needs its private key",
+        )),
+        (None, Some(_)) => Err(bad(
+            &["key-file"],
+            "expected `cert-file` too: a private key needs its client certificate",
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// An `env-pass` entry: a variable name the worker may hand on.

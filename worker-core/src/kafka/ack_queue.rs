@@ -118,6 +118,7 @@ impl SessionShared {
     }
 
     /// Makes the driver drop its connection (and with it the share session) before its next step.
+    #[cfg(feature = "test-util")]
     pub(crate) fn disconnect(&self) {
         self.disconnect.store(true, Ordering::Release);
         self.wake.notify_one();

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::security::Security;
 use crate::{Error, ErrorKind, Result};
 
 /// Settings of a [`KafkaSource`](super::KafkaSource). Build it with [`KafkaSourceBuilder`].
@@ -34,6 +35,8 @@ pub struct KafkaConfig {
     pub request_timeout: Duration,
     /// How old metadata (leaders) may get before a fetch refreshes it.
     pub metadata_max_age: Duration,
+    /// TLS and SASL for every connection (default: plain TCP).
+    pub security: Security,
 }
 
 impl KafkaConfig {
@@ -56,6 +59,7 @@ impl KafkaConfig {
             max_fetch_inflate_bytes: 128 * 1024 * 1024,
             request_timeout: Duration::from_secs(30),
             metadata_max_age: Duration::from_secs(30),
+            security: Security::default(),
         }
     }
 
@@ -169,6 +173,12 @@ impl KafkaSourceBuilder {
     /// Sets how long a broker may take to answer.
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.config.request_timeout = timeout;
+        self
+    }
+
+    /// Secures every connection with `security` (TLS, SASL); default plain TCP.
+    pub fn security(mut self, security: Security) -> Self {
+        self.config.security = security;
         self
     }
 

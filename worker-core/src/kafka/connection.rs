@@ -1,20 +1,27 @@
-//! One TCP connection to one broker: size-prefixed frames, request header v2, correlation ids and
-//! ApiVersions negotiation. One request is in flight at a time (a broker handles one request per
+//! One connection to one broker: TCP or TLS, ApiVersions negotiation, SASL authentication (and
+//! re-authentication before the session runs out), size-prefixed frames, request headers and
+//! correlation ids. One request is in flight at a time (a broker handles one request per
 //! connection at a time anyway).
 
 use std::collections::HashMap;
+use std::io;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufStream};
-use tokio::net::TcpStream;
+use tokio::time::Instant;
 
+use super::authenticate;
+use super::transport::{Transport, tls_error};
 use super::wire::{Reader, capacity, malformed, put_compact_string, put_empty_tags};
+use crate::security::Prepared;
 use crate::{Error, ErrorKind, Result};
 
 /// API key of ApiVersions.
 const API_VERSIONS: i16 = 18;
+/// Re-authenticate once this share of the session's lifetime has passed.
+const REAUTH_AT: f64 = 0.85;
 
 /// How a connection is set up.
 #[derive(Debug, Clone)]
@@ -24,45 +31,72 @@ pub(crate) struct ConnectOptions {
     pub(crate) max_frame: usize,
     /// Deadline for connecting and for each request beyond its own wait time.
     pub(crate) request_timeout: Duration,
+    /// TLS and SASL, ready to use.
+    pub(crate) security: Prepared,
 }
 
-/// A connected, negotiated broker connection.
+/// A connected, negotiated, authenticated broker connection.
 #[derive(Debug)]
 pub(crate) struct Connection {
-    stream: BufStream<TcpStream>,
+    stream: BufStream<Transport>,
     addr: String,
     correlation: i32,
     options: ConnectOptions,
     versions: HashMap<i16, (i16, i16)>,
     /// Set while a request is on the wire; a connection left broken by a cancelled call is unusable.
     broken: bool,
+    /// When to authenticate again, if the broker limits the session's lifetime.
+    reauth_at: Option<Instant>,
 }
 
 impl Connection {
-    /// Connects to `addr` and negotiates API versions.
+    /// Connects to `addr`, negotiates API versions and authenticates.
     pub(crate) async fn connect(addr: &str, options: &ConnectOptions) -> Result<Self> {
-        let stream = tokio::time::timeout(options.request_timeout, TcpStream::connect(addr))
-            .await
-            .map_err(|_| Error::new(ErrorKind::Io, format!("connecting to {addr} timed out")))?
-            .map_err(|e| {
-                Error::new(ErrorKind::Io, format!("cannot connect to {addr}")).with_source(e)
-            })?;
-        stream.set_nodelay(true)?;
+        let security = &options.security;
+        let transport =
+            Transport::connect(addr, security.tls.as_ref(), options.request_timeout).await?;
         let mut conn = Connection {
-            stream: BufStream::new(stream),
+            stream: BufStream::new(transport),
             addr: addr.to_string(),
             correlation: 0,
             options: options.clone(),
             versions: HashMap::new(),
             broken: false,
+            reauth_at: None,
         };
         let mut body = BytesMut::new();
         put_compact_string(&mut body, Some("share-worker"));
         put_compact_string(&mut body, Some(env!("CARGO_PKG_VERSION")));
         put_empty_tags(&mut body);
-        let resp = conn.call(API_VERSIONS, 3, &body, Duration::ZERO).await?;
+        let resp = conn.request(API_VERSIONS, 3, &body, Duration::ZERO).await?;
         conn.versions = decode_api_versions(resp)?;
+        conn.authenticate().await?;
         Ok(conn)
+    }
+
+    /// Authenticates (again) with the configured SASL mechanism, if any.
+    async fn authenticate(&mut self) -> Result<()> {
+        let Some(sasl) = self.options.security.sasl.clone() else {
+            return Ok(());
+        };
+        let lifetime = authenticate::authenticate(self, &sasl).await?;
+        self.reauth_at = lifetime.map(|l| Instant::now() + l.mul_f64(REAUTH_AT));
+        Ok(())
+    }
+
+    /// When the session must be authenticated again (KIP-368), if the broker limits it.
+    pub(crate) fn reauth_due(&self) -> Option<Instant> {
+        self.reauth_at
+    }
+
+    /// Authenticates again on this connection if its session is close to running out; an idle
+    /// connection can call it on a timer so the broker never sees an expired session.
+    pub(crate) async fn reauthenticate_if_due(&mut self) -> Result<()> {
+        if self.reauth_at.is_some_and(|at| Instant::now() >= at) {
+            tracing::debug!(broker = %self.addr, "re-authenticating");
+            self.authenticate().await?;
+        }
+        Ok(())
     }
 
     /// The broker's address (`host:port`), for error messages.
@@ -117,9 +151,22 @@ impl Connection {
         Ok(())
     }
 
-    /// Sends one request and returns the response body. `wait` is how long the broker may hold the
-    /// request on purpose (MaxWaitMs); the request timeout comes on top.
+    /// Sends one request and returns the response body, re-authenticating first when the
+    /// session is close to running out. `wait` is how long the broker may hold the request on
+    /// purpose (MaxWaitMs); the request timeout comes on top.
     pub(crate) async fn call(
+        &mut self,
+        api_key: i16,
+        version: i16,
+        body: &[u8],
+        wait: Duration,
+    ) -> Result<Bytes> {
+        self.reauthenticate_if_due().await?;
+        self.request(api_key, version, body, wait).await
+    }
+
+    /// Sends one request and returns the response body, as it is (no re-authentication).
+    pub(crate) async fn request(
         &mut self,
         api_key: i16,
         version: i16,
@@ -150,6 +197,30 @@ impl Connection {
         Ok(resp)
     }
 
+    /// What an I/O error on this connection means, in words an operator can act on.
+    fn io_error(&self, err: io::Error) -> Error {
+        if matches!(self.stream.get_ref(), Transport::Tls(_))
+            && err.get_ref().is_some_and(|e| e.is::<rustls::Error>())
+        {
+            return tls_error(&self.addr, &err);
+        }
+        if err.kind() == io::ErrorKind::UnexpectedEof && self.correlation <= 1 {
+            let hint = if self.options.security.tls.is_none() {
+                ": is it a TLS listener (security-protocol ssl or sasl_ssl)?"
+            } else {
+                ""
+            };
+            return Error::new(
+                ErrorKind::Io,
+                format!(
+                    "broker {} closed the connection before answering its first request{hint}",
+                    self.addr
+                ),
+            );
+        }
+        Error::new(ErrorKind::Io, format!("connection to {}", self.addr)).with_source(err)
+    }
+
     async fn exchange(&mut self, api_key: i16, version: i16, body: &[u8]) -> Result<Bytes> {
         let key = ApiKey::try_from(api_key)
             .map_err(|_| Error::new(ErrorKind::Protocol, format!("unknown API key {api_key}")))?;
@@ -169,12 +240,28 @@ impl Connection {
         }
         let size = i32::try_from(head.len() + body.len())
             .map_err(|_| Error::new(ErrorKind::Protocol, "request too large"))?;
-        self.stream.write_i32(size).await?;
-        self.stream.write_all(&head).await?;
-        self.stream.write_all(body).await?;
-        self.stream.flush().await?;
+        let written = async {
+            self.stream.write_i32(size).await?;
+            self.stream.write_all(&head).await?;
+            self.stream.write_all(body).await?;
+            self.stream.flush().await
+        }
+        .await;
+        written.map_err(|e| self.io_error(e))?;
 
-        let size = self.stream.read_i32().await?;
+        let size = match self.stream.read_i32().await {
+            Ok(size) => size,
+            Err(e) => return Err(self.io_error(e)),
+        };
+        if self.options.security.tls.is_none() && looks_like_tls(size) {
+            return Err(Error::new(
+                ErrorKind::Authentication,
+                format!(
+                    "broker {} answered in TLS: it is a TLS listener, so set security-protocol to ssl or sasl_ssl",
+                    self.addr
+                ),
+            ));
+        }
         let size =
             usize::try_from(size).map_err(|_| malformed(format_args!("frame size {size}")))?;
         if size > self.options.max_frame {
@@ -183,8 +270,28 @@ impl Connection {
                 self.options.max_frame
             )));
         }
-        let mut frame = vec![0u8; size];
-        self.stream.read_exact(&mut frame).await?;
+        // Grow with what arrives, doubling but never past `size`: a size that lies reserves
+        // little ahead of the bytes, and the frame's allocation is exactly its size (records
+        // are slices of it).
+        let mut frame: Vec<u8> = Vec::with_capacity(size.min(FRAME_PREALLOC));
+        while frame.len() < size {
+            if frame.len() == frame.capacity() {
+                let grown = frame.capacity().saturating_mul(2).min(size);
+                frame.reserve_exact(grown - frame.len());
+            }
+            let room = (frame.capacity() - frame.len()) as u64;
+            let read = (&mut self.stream).take(room).read_buf(&mut frame).await;
+            match read {
+                Ok(0) => {
+                    return Err(self.io_error(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("the frame ended after {} of {size} bytes", frame.len()),
+                    )));
+                }
+                Ok(_) => {}
+                Err(e) => return Err(self.io_error(e)),
+            }
+        }
         let mut r = Reader::new(Bytes::from(frame));
         let got = r.i32()?;
         if got != correlation {
@@ -199,6 +306,16 @@ impl Connection {
         r.bytes(rest)
     }
 }
+
+/// Whether a frame's size field is really the start of a TLS record (an alert or a handshake,
+/// protocol version 3.x): what a TLS listener sends a client that speaks plain Kafka to it.
+fn looks_like_tls(size: i32) -> bool {
+    let [kind, major, ..] = size.to_be_bytes();
+    matches!(kind, 0x15 | 0x16) && major == 0x03
+}
+
+/// The most reserved for a frame before its bytes arrive.
+const FRAME_PREALLOC: usize = 1 << 20;
 
 /// Decodes an ApiVersions v3 response into key → (min, max).
 pub(crate) fn decode_api_versions(body: Bytes) -> Result<HashMap<i16, (i16, i16)>> {
@@ -289,6 +406,7 @@ mod tests {
             client_id: "test".into(),
             max_frame: 1024,
             request_timeout: Duration::from_secs(5),
+            security: Prepared::default(),
         }
     }
 
@@ -336,4 +454,13 @@ mod tests {
     }
 
     const SHARE_FETCH_KEY: i16 = super::super::codec::SHARE_FETCH;
+
+    #[test]
+    fn a_tls_record_is_not_mistaken_for_a_frame_size() {
+        // An alert record header: type 21, TLS 1.2, length 2.
+        assert!(looks_like_tls(i32::from_be_bytes([0x15, 0x03, 0x03, 0x00])));
+        assert!(looks_like_tls(i32::from_be_bytes([0x16, 0x03, 0x01, 0x02])));
+        assert!(!looks_like_tls(1024));
+        assert!(!looks_like_tls(-1));
+    }
 }

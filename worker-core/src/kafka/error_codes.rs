@@ -32,6 +32,12 @@ pub(crate) const TOPIC_ALREADY_EXISTS: i16 = 36;
 pub(crate) const INVALID_CONFIG: i16 = 40;
 /// The request breaks the protocol.
 pub(crate) const INVALID_REQUEST: i16 = 42;
+/// The broker does not offer the SASL mechanism asked for.
+pub(crate) const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+/// A SASL request came at the wrong time.
+pub(crate) const ILLEGAL_SASL_STATE: i16 = 34;
+/// SASL authentication failed (bad credentials, an expired or invalid token).
+pub(crate) const SASL_AUTHENTICATION_FAILED: i16 = 58;
 /// The group id is unknown, or belongs to a group of another type.
 pub(crate) const GROUP_ID_NOT_FOUND: i16 = 69;
 /// The leader epoch in the request is older than the broker's.
@@ -65,6 +71,9 @@ pub(crate) fn name(code: i16) -> Option<&'static str> {
         TOPIC_ALREADY_EXISTS => "TOPIC_ALREADY_EXISTS",
         INVALID_CONFIG => "INVALID_CONFIG",
         INVALID_REQUEST => "INVALID_REQUEST",
+        UNSUPPORTED_SASL_MECHANISM => "UNSUPPORTED_SASL_MECHANISM",
+        ILLEGAL_SASL_STATE => "ILLEGAL_SASL_STATE",
+        SASL_AUTHENTICATION_FAILED => "SASL_AUTHENTICATION_FAILED",
         GROUP_ID_NOT_FOUND => "GROUP_ID_NOT_FOUND",
         FENCED_LEADER_EPOCH => "FENCED_LEADER_EPOCH",
         GROUP_MAX_SIZE_REACHED => "GROUP_MAX_SIZE_REACHED",

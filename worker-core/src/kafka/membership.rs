@@ -232,7 +232,10 @@ async fn run(
                 }
             },
             Err(e) => {
-                if matches!(e.kind(), ErrorKind::Unsupported | ErrorKind::Authorization) {
+                if matches!(
+                    e.kind(),
+                    ErrorKind::Unsupported | ErrorKind::Authorization | ErrorKind::Authentication
+                ) {
                     tracing::error!(group = %spec.group, "{e}");
                     tx.send_modify(|s| s.fatal = Some((e.kind(), e.to_string())));
                     return;

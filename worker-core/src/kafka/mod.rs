@@ -32,6 +32,7 @@
 mod ack_queue;
 mod acks;
 mod admin;
+mod authenticate;
 /// Entry points for this workspace's criterion benchmarks (feature `bench-internals`); not a
 /// stable API.
 #[cfg(feature = "bench-internals")]
@@ -53,6 +54,7 @@ mod session;
 mod source;
 #[cfg(feature = "test-util")]
 pub mod test_util;
+mod transport;
 mod wire;
 
 #[cfg(test)]

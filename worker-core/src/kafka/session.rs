@@ -105,6 +105,14 @@ pub(crate) fn spawn(
     }
 }
 
+/// Sleeps until `at`, or forever when there is nothing to wait for.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 fn next_epoch(epoch: i32) -> i32 {
     if epoch == i32::MAX { 1 } else { epoch + 1 }
 }
@@ -134,6 +142,7 @@ impl Driver {
     async fn run(mut self) {
         let mut next: Option<FetchJob> = None;
         loop {
+            let reauth = self.conn.as_ref().and_then(Connection::reauth_due);
             let job = match next.take() {
                 Some(job) => Some(job),
                 None => tokio::select! {
@@ -144,6 +153,12 @@ impl Driver {
                         None => break,
                     },
                     _ = self.shared.wake.notified() => None,
+                    // An idle session authenticates again before the broker's limit, so it is
+                    // never dropped for it (KIP-368).
+                    _ = sleep_until_some(reauth) => {
+                        self.reauthenticate().await;
+                        None
+                    }
                 },
             };
             if self.shared.disconnect.swap(false, Ordering::AcqRel) && self.conn.is_some() {
@@ -177,6 +192,18 @@ impl Driver {
             }
         }
         self.close().await;
+    }
+
+    /// Authenticates the connection again if its session is close to running out; a failure
+    /// loses the connection (and with it the share session).
+    async fn reauthenticate(&mut self) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        if let Err(err) = conn.reauthenticate_if_due().await {
+            tracing::warn!(node = self.shared.node, error = %err, "re-authentication failed: the share session is lost");
+            self.reset(true);
+        }
     }
 
     /// Drops the session: a new one opens at epoch 0 with a new generation; everything queued for

@@ -18,6 +18,7 @@ use super::connection::ConnectOptions;
 use super::membership::{self, MemberSpec, MemberState};
 use super::records::InflateLimits;
 use super::session::{self, FetchJob, SessionConfig, SessionHandle};
+use crate::security::Prepared;
 use crate::source::{AckError, AckKind, AckReceipt, Delivery, DeliveryId, Lease, ShareSource};
 use crate::{Error, ErrorKind, Result};
 
@@ -96,6 +97,7 @@ impl KafkaSource {
                 client_id: config.client_id.clone(),
                 max_frame: config.max_frame_bytes,
                 request_timeout: config.request_timeout,
+                security: Prepared::new(&config.security)?,
             },
         ));
         let conn = cluster.connect_any().await?;
@@ -466,7 +468,8 @@ impl ShareSource for KafkaSource {
     /// `group.share.delivery.count.limit`, read once through the admin API.
     async fn delivery_limit(&self) -> Result<Option<u16>> {
         let config = &self.inner.config;
-        let admin = super::Admin::connect(config.bootstrap.join(",")).await?;
+        let admin =
+            super::Admin::connect_with(config.bootstrap.join(","), &config.security).await?;
         let super::DeliveryLimit {
             value: limit,
             source,

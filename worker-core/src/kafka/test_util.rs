@@ -36,6 +36,7 @@ pub async fn produce_raw(
             client_id: "share-worker-test-util".into(),
             max_frame: 16 << 20,
             request_timeout: Duration::from_secs(30),
+            security: crate::security::Prepared::default(),
         },
     );
     let meta = cluster.metadata(&[topic.to_owned()]).await?;
@@ -87,6 +88,17 @@ pub async fn produce_raw(
         ));
     }
     Ok(part.base_offset)
+}
+
+/// An unsecured JWT (header `{"alg":"none"}`, empty signature, a trailing dot) naming `sub` and
+/// expiring `lifetime` from now (`iat` and `exp` in seconds): what a Kafka broker accepts for
+/// OAUTHBEARER with its default, unsecured validator (no `listener.name.*.oauthbearer` JWKS set),
+/// as in the workspace's broker tests. Use it with `TokenSource::Static`.
+pub fn unsecured_jwt(sub: &str, lifetime: Duration) -> String {
+    // Capped at a century, so that no lifetime overflows the clock.
+    let lifetime = lifetime.min(Duration::from_secs(100 * 365 * 24 * 3600));
+    let expires_at = std::time::SystemTime::now() + lifetime;
+    crate::security::token::unsecured_jwt(sub, expires_at)
 }
 
 /// What [`decode_records`] made of a partition's bytes.

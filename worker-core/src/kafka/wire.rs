@@ -159,6 +159,34 @@ impl Reader {
         }
     }
 
+    /// The element count of a non-compact array (int32, -1 null reads as empty), checked as
+    /// [`compact_array_len`](Self::compact_array_len) does.
+    pub(crate) fn array_len(&mut self, min_element: usize) -> Result<usize> {
+        let n = self.i32()?;
+        let Ok(len) = usize::try_from(n) else {
+            return if n == -1 {
+                Ok(0)
+            } else {
+                Err(malformed(format_args!("array length {n}")))
+            };
+        };
+        if len.saturating_mul(min_element.max(1)) > self.remaining() {
+            return Err(malformed(format_args!(
+                "array of {len} elements in {} bytes",
+                self.remaining()
+            )));
+        }
+        Ok(len)
+    }
+
+    /// A non-compact string (int16 length) that must not be null.
+    pub(crate) fn string(&mut self) -> Result<String> {
+        let n = self.i16()?;
+        let len = usize::try_from(n).map_err(|_| malformed(format_args!("string length {n}")))?;
+        let raw = self.bytes(len)?;
+        String::from_utf8(raw.to_vec()).map_err(|_| malformed("string is not UTF-8"))
+    }
+
     /// A compact array of int32.
     pub(crate) fn compact_i32_array(&mut self) -> Result<Vec<i32>> {
         let len = self.compact_array_len(4)?;

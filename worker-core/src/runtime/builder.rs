@@ -227,7 +227,9 @@ impl<S: ShareSource> WorkerBuilder<S> {
             if !routes.set_timeout(&topic, timeout) {
                 return Err(Error::new(
                     ErrorKind::Config,
-                    format!("`route_timeout`: topic `{topic}` has no route; add it with `route` or `job`"),
+                    format!(
+                        "`route_timeout`: topic `{topic}` has no route; add it with `route` or `job`"
+                    ),
                 ));
             }
         }

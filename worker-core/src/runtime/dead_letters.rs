@@ -10,8 +10,8 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use crate::dlq::{DeadLetter, DlqError, DlqErrorKind, DlqSink};
 use super::slots::SlotKey;
+use crate::dlq::{DeadLetter, DlqError, DlqErrorKind, DlqSink};
 use crate::{Error, ErrorKind};
 
 use crate::policy::Backoff;

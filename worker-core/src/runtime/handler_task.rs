@@ -40,14 +40,13 @@ where
 {
     async move {
         let started = Instant::now();
-        let finished = match tokio::time::timeout(timeout, AssertUnwindSafe(call).catch_unwind())
-            .await
-        {
-            Ok(Ok(Ok(outcome))) => Finished::Done(outcome),
-            Ok(Ok(Err(never))) => match never {},
-            Ok(Err(panic)) => Finished::Panicked(panic_message(&*panic)),
-            Err(_) => Finished::TimedOut,
-        };
+        let finished =
+            match tokio::time::timeout(timeout, AssertUnwindSafe(call).catch_unwind()).await {
+                Ok(Ok(Ok(outcome))) => Finished::Done(outcome),
+                Ok(Ok(Err(never))) => match never {},
+                Ok(Err(panic)) => Finished::Panicked(panic_message(&*panic)),
+                Err(_) => Finished::TimedOut,
+            };
         (key, finished, started.elapsed())
     }
     .instrument(span)
@@ -76,7 +75,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn outcomes_panics_and_timeouts_come_back_with_the_time_taken() {
-        let done = handler_task(key(), async { Ok(Outcome::Accept) }, Duration::from_secs(1), Span::none());
+        let done = handler_task(
+            key(),
+            async { Ok(Outcome::Accept) },
+            Duration::from_secs(1),
+            Span::none(),
+        );
         assert!(matches!(done.await.1, Finished::Done(Outcome::Accept)));
         let panicked = handler_task(
             key(),
@@ -90,7 +94,9 @@ mod tests {
             Duration::from_secs(1),
             Span::none(),
         );
-        assert!(matches!(tokio::spawn(panicked).await.expect("the task").1, Finished::Panicked(m) if m == "boom"));
+        assert!(
+            matches!(tokio::spawn(panicked).await.expect("the task").1, Finished::Panicked(m) if m == "boom")
+        );
         let slow = handler_task(
             key(),
             async {

@@ -107,7 +107,6 @@ pub use health::WorkerHealth;
 pub use shutdown::ShutdownHandle;
 pub use summary::{AckFailures, DeadLetterCounts, Summary};
 
-
 use builder::RouteService;
 use config::Config;
 use dispatch::Dispatcher;

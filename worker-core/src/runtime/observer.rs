@@ -190,7 +190,8 @@ impl Observer {
                     self.metrics.possible_duplicate(topic);
                 }
                 Fact::Acked { kind, failed } => {
-                    self.metrics.acked(topic, *kind, failed.as_ref().map_or(Ok(()), Err));
+                    self.metrics
+                        .acked(topic, *kind, failed.as_ref().map_or(Ok(()), Err));
                     if let Some(err) = failed {
                         self.summary.ack_failures.count(err);
                         tracing::warn!(parent: span, record = %id, error = %err, ack = kind.as_str(), "acknowledgement failed: the broker will deliver the record again");

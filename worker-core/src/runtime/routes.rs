@@ -111,7 +111,12 @@ impl<Svc> Routes<Svc> {
     /// Counts a record of route `route` becoming unfinished (`true`) or finished (`false`).
     /// Returns the topic to pause or resume at the source when the route reached its `share`
     /// or fell below it.
-    pub(crate) fn count(&mut self, route: usize, active: bool, share: usize) -> Option<(&str, bool)> {
+    pub(crate) fn count(
+        &mut self,
+        route: usize,
+        active: bool,
+        share: usize,
+    ) -> Option<(&str, bool)> {
         let r = self.routes.get_mut(route)?;
         if active {
             r.active += 1;

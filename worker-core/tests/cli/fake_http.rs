@@ -3,15 +3,18 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 
 use crate::support::text;
 
 /// What the test HTTP server saw.
 #[derive(Default, Debug)]
 pub(crate) struct Seen {
+    /// Body and `Idempotency-Key` of each request.
     pub(crate) requests: Vec<(String, String)>,
+    /// The head of each request, lowercased.
+    pub(crate) heads: Vec<String>,
 }
 
 /// Answers 200 to "ok…", 400 to "bad…", 429 (Retry-After: 1) to the first "slow…" then 200, and
@@ -28,7 +31,7 @@ pub(crate) async fn serve(listener: TcpListener, seen: Arc<Mutex<Seen>>) {
 /// Reads the next HTTP/1.1 request from `stream` (bytes left over stay in `buffer`): its head,
 /// lowercased, and its body. `None` once the peer closed.
 pub(crate) async fn read_request(
-    stream: &mut TcpStream,
+    stream: &mut (impl AsyncRead + Unpin),
     buffer: &mut Vec<u8>,
 ) -> Option<(String, Vec<u8>)> {
     let head_end = loop {
@@ -59,7 +62,11 @@ pub(crate) async fn read_request(
     Some((head, body))
 }
 
-pub(crate) async fn connection(mut stream: TcpStream, seen: Arc<Mutex<Seen>>) {
+/// One connection of [`serve`] (plain or TLS).
+pub(crate) async fn connection(
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
+    seen: Arc<Mutex<Seen>>,
+) {
     let mut buffer = Vec::new();
     while let Some((head, body)) = read_request(&mut stream, &mut buffer).await {
         let body = text(&body);
@@ -75,6 +82,7 @@ pub(crate) async fn connection(mut stream: TcpStream, seen: Arc<Mutex<Seen>>) {
             let topic_ok =
                 head.contains("x-share-topic:") && head.contains("x-share-delivery-count:");
             seen.requests.push((body.clone(), key));
+            seen.heads.push(head.clone());
             match () {
                 _ if !topic_ok => "500 Internal Server Error",
                 _ if body.starts_with("bad") => "400 Bad Request",
@@ -129,18 +137,24 @@ pub(crate) type Exports = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
 
 /// A collector that keeps every export and answers 200 with an empty (valid) response.
 pub(crate) async fn collector(listener: TcpListener, exports: Exports) {
-    while let Ok((mut stream, _)) = listener.accept().await {
-        let exports = exports.clone();
-        tokio::spawn(async move {
-            let mut buffer = Vec::new();
-            while let Some((head, body)) = read_request(&mut stream, &mut buffer).await {
-                let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
-                exports.lock().expect("the exports lock").push((path, body));
-                let response = "HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n";
-                if stream.write_all(response.as_bytes()).await.is_err() {
-                    return;
-                }
-            }
-        });
+    while let Ok((stream, _)) = listener.accept().await {
+        tokio::spawn(collector_connection(stream, exports.clone()));
+    }
+}
+
+/// One connection of [`collector`] (plain or TLS).
+pub(crate) async fn collector_connection(
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
+    exports: Exports,
+) {
+    let mut buffer = Vec::new();
+    while let Some((head, body)) = read_request(&mut stream, &mut buffer).await {
+        let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+        exports.lock().expect("the exports lock").push((path, body));
+        let response =
+            "HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n";
+        if stream.write_all(response.as_bytes()).await.is_err() {
+            return;
+        }
     }
 }

@@ -6,8 +6,10 @@ mod support;
 
 mod check;
 mod handlers;
+mod https;
 mod replay;
 mod run;
+mod security;
 mod status;
 mod telemetry;
 mod untrusted;

@@ -1,17 +1,26 @@
-//! `share-worker check`: the file is valid, the cluster speaks share groups with RENEW, the route
-//! topics exist; then the effective configuration. It joins no group.
+//! `share-worker check`: the file is valid, the routes' handlers start (their TLS files read), the
+//! cluster speaks share groups with RENEW, the route topics exist; then the effective
+//! configuration. It joins no group.
 
 use anyhow::Context;
 use worker_core::ErrorKind;
 use worker_core::config::Config;
 use worker_core::kafka::{Admin, DeliveryLimit};
 
-use crate::topics;
+use crate::{handlers, tls, topics};
 
 pub(crate) async fn check(config: &Config) -> anyhow::Result<()> {
     println!("# configuration: valid");
+    for route in &config.routes {
+        handlers::handler(route)?;
+    }
+    if let Some(path) = &config.telemetry.otlp_ca_file {
+        tls::ca_certificates("telemetry.otlp-ca-file", path)?;
+    }
+    println!("# route handlers (and their TLS files): ready");
     let bootstrap = &config.kafka.bootstrap;
-    let admin = Admin::connect(bootstrap.as_str())
+    let security = config.security()?;
+    let admin = Admin::connect_with(bootstrap.as_str(), &security)
         .await
         .with_context(|| format!("connecting to {bootstrap}"))?;
     match admin.require_share_groups().await {
@@ -21,7 +30,7 @@ pub(crate) async fn check(config: &Config) -> anyhow::Result<()> {
         ),
         Err(err) => return Err(err).context("checking share-group support"),
     }
-    let existing = topics::existing(bootstrap).await?;
+    let existing = topics::existing(bootstrap, &security).await?;
     let missing: Vec<&str> = config
         .topics()
         .filter(|t| !existing.contains_key(*t))

@@ -7,6 +7,7 @@
 mod activity;
 mod check;
 mod handlers;
+mod librdkafka;
 mod otel;
 mod produce;
 mod progress;
@@ -16,6 +17,7 @@ mod setup;
 mod stats;
 mod status;
 mod telemetry;
+mod tls;
 mod topics;
 
 use std::path::PathBuf;

@@ -5,7 +5,10 @@
 use anyhow::Context;
 use opentelemetry::metrics::{Meter, MeterProvider as _};
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{MetricExporter, SpanExporter, WithExportConfig};
+use opentelemetry_otlp::{
+    MetricExporter, OTEL_EXPORTER_OTLP_TIMEOUT_DEFAULT, SpanExporter, WithExportConfig,
+    WithHttpConfig,
+};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -15,6 +18,8 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 use worker_core::config::{LogFormat, TelemetrySection};
 use worker_core::telemetry::{METER_NAME, SPAN_TARGET};
+
+use crate::tls;
 
 /// The providers of one run. Build it outside the async runtime (the OTLP client is blocking)
 /// and [`shutdown`](Self::shutdown) it there too, which flushes what is pending.
@@ -43,8 +48,10 @@ impl Otel {
         let mut tracer = None;
         if let Some(endpoint) = &config.otlp_endpoint {
             let base = endpoint.trim_end_matches('/');
+            let client = otlp_client(config, endpoint)?;
             let metrics = MetricExporter::builder()
                 .with_http()
+                .with_http_client(client.clone())
                 .with_endpoint(format!("{base}/v1/metrics"))
                 .build()
                 .with_context(|| {
@@ -57,6 +64,7 @@ impl Otel {
             );
             let spans = SpanExporter::builder()
                 .with_http()
+                .with_http_client(client)
                 .with_endpoint(format!("{base}/v1/traces"))
                 .build()
                 .with_context(|| {
@@ -121,6 +129,27 @@ impl Otel {
             eprintln!("share-worker: flushing metrics failed: {err}");
         }
     }
+}
+
+/// The exporters' blocking HTTP client for `endpoint`: an https:// one trusts the system's roots
+/// and the CA certificates of `otlp-ca-file`; an http:// one loads no roots (a slim container may
+/// have none). Built here rather than by the exporters so that a failure says why; its timeout is
+/// theirs by default, 10 s. Call it outside the async runtime.
+fn otlp_client(
+    config: &TelemetrySection,
+    endpoint: &str,
+) -> anyhow::Result<reqwest::blocking::Client> {
+    let mut client =
+        reqwest::blocking::Client::builder().timeout(OTEL_EXPORTER_OTLP_TIMEOUT_DEFAULT);
+    if endpoint.starts_with("http://") {
+        client = client.tls_certs_only([]);
+    }
+    if let Some(path) = &config.otlp_ca_file {
+        client = client.tls_certs_merge(tls::ca_certificates("telemetry.otlp-ca-file", path)?);
+    }
+    client.build().with_context(|| {
+        format!("telemetry.otlp-endpoint: cannot create an HTTP client for {endpoint}")
+    })
 }
 
 /// Every metric of `registry` in the Prometheus text format.

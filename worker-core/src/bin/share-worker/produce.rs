@@ -7,19 +7,26 @@ use anyhow::Context;
 use clap::Args;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use rdkafka::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
+use worker_core::config::Config;
+use worker_core::security::{KafkaContext, Security};
 
+use crate::librdkafka;
 use crate::progress::Progress;
 
-/// What to produce.
+/// What to produce, and where.
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("what").required(true).args(["count", "file"]))]
+#[command(group = clap::ArgGroup::new("brokers").required(true).args(["bootstrap", "config"]))]
 pub(crate) struct ProduceArgs {
-    /// Comma-separated host:port list.
+    /// Comma-separated host:port list, over plain TCP (for TLS or SASL, give --config).
     #[arg(long)]
-    bootstrap: String,
+    bootstrap: Option<String>,
+    /// A worker TOML file: its `[kafka]` table says where and how to connect (`bootstrap`,
+    /// `security-protocol`, `[kafka.tls]`, `[kafka.sasl]`).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
     /// The topic.
     #[arg(long)]
     topic: String,
@@ -47,7 +54,20 @@ fn parse_header(text: &str) -> Result<(String, String), String> {
 /// Records awaiting the broker's acknowledgement at most.
 const WINDOW: usize = 10_000;
 
+/// Where to produce and how to connect: `--config`'s `[kafka]`, or `--bootstrap` in plain TCP.
+fn brokers(args: &ProduceArgs) -> anyhow::Result<(String, Security)> {
+    match (&args.config, &args.bootstrap) {
+        (Some(path), _) => {
+            let config = Config::load(path)?;
+            Ok((config.kafka.bootstrap.clone(), config.security()?))
+        }
+        (None, Some(bootstrap)) => Ok((bootstrap.clone(), Security::plaintext())),
+        (None, None) => anyhow::bail!("give --bootstrap or --config"),
+    }
+}
+
 pub(crate) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
+    let (bootstrap, security) = brokers(&args)?;
     let mut total = args.count;
     let payloads: Box<dyn Iterator<Item = Vec<u8>> + Send> = match (&args.file, args.count) {
         (Some(file), _) => {
@@ -73,14 +93,17 @@ pub(crate) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         }
         (None, None) => anyhow::bail!("give --count N or --file F"),
     };
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &args.bootstrap)
-        .set("acks", "all")
-        .set("enable.idempotence", "true")
-        .set("linger.ms", "5")
-        .set("message.timeout.ms", "30000")
-        .create()
-        .context("creating the producer")?;
+    let (producer, context) = librdkafka::producer(
+        &security,
+        &bootstrap,
+        &[
+            ("acks", "all"),
+            ("enable.idempotence", "true"),
+            ("linger.ms", "5"),
+            ("message.timeout.ms", "30000"),
+        ],
+        "the producer",
+    )?;
     let started = Instant::now();
     let mut progress = Progress::new("records", total);
     let mut pending = FuturesUnordered::new();
@@ -105,12 +128,15 @@ pub(crate) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
             .map_err(|(err, _)| anyhow::anyhow!("queueing a record for {}: {err}", args.topic))?;
         pending.push(queued);
         while pending.len() >= WINDOW {
-            settle(pending.next().await, &args.topic)?;
+            settle(
+                next(&mut pending, &context, &args.topic).await?,
+                &args.topic,
+            )?;
             done += 1;
         }
         progress.update(done);
     }
-    while let Some(result) = pending.next().await {
+    while let Some(result) = next(&mut pending, &context, &args.topic).await? {
         settle(Some(result), &args.topic)?;
         done += 1;
         progress.update(done);
@@ -129,6 +155,21 @@ type Delivery = Result<
     rdkafka::producer::future_producer::OwnedDeliveryResult,
     futures::channel::oneshot::Canceled,
 >;
+
+/// The next delivery of `pending`, unless a broker refuses the producer first.
+async fn next(
+    pending: &mut FuturesUnordered<impl std::future::Future<Output = Delivery>>,
+    context: &KafkaContext,
+    topic: &str,
+) -> anyhow::Result<Option<Delivery>> {
+    let delivery = librdkafka::unless_refused(pending.next(), context)
+        .await
+        .map_err(|said| anyhow::anyhow!("producing to {topic}: {said}"))?;
+    if let Some(Ok(Ok(_))) = &delivery {
+        context.accepted();
+    }
+    Ok(delivery)
+}
 
 fn settle(result: Option<Delivery>, topic: &str) -> anyhow::Result<()> {
     match result {

@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use tokio::time::Instant;
 use worker_core::config::Config;
 use worker_core::kafka::Admin;
+use worker_core::security::Security;
 use worker_core::telemetry::LagMonitor;
 use worker_core::{ShutdownHandle, Worker};
 
@@ -26,6 +27,14 @@ pub(crate) async fn run(
     otel: &Otel,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
+    // One setting for every connection: clones share the OAUTHBEARER token cache.
+    let security = config.security()?;
+    // Before joining the group: a route that cannot start (a bad TLS file, say) holds no record.
+    let routes = config
+        .routes
+        .iter()
+        .map(|route| Ok((route.topic.clone(), handlers::handler(route)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let telemetry = match config.telemetry.listen {
         Some(addr) => {
             let listener = TcpListener::bind(addr)
@@ -35,17 +44,23 @@ pub(crate) async fn run(
                 listener,
                 otel.registry(),
                 config.kafka.bootstrap.clone(),
+                security.clone(),
                 config.dlq_topics(),
             ))
         }
         None => None,
     };
-    let source = config.source_builder().build().await.with_context(|| {
-        format!(
-            "joining share group {} at {}",
-            config.worker.group, config.kafka.bootstrap
-        )
-    })?;
+    let source = config
+        .source_builder()?
+        .security(security.clone())
+        .build()
+        .await
+        .with_context(|| {
+            format!(
+                "joining share group {} at {}",
+                config.worker.group, config.kafka.bootstrap
+            )
+        })?;
     let meter = otel.meter();
     let assigned = source.clone();
     let _assigned_gauge = meter
@@ -57,7 +72,7 @@ pub(crate) async fn run(
         .build();
     let _lag = match (&config.telemetry.listen, &config.telemetry.otlp_endpoint) {
         (None, None) => None,
-        _ => lag_monitor(&config, &meter).await,
+        _ => lag_monitor(&config, &security, &meter).await,
     };
     let activity = Arc::new(Activity::new(config.backoff()));
     let mut builder = config
@@ -66,11 +81,8 @@ pub(crate) async fn run(
     if let Some(sink) = config.dlq_sink()? {
         builder = builder.dlq(sink);
     }
-    for route in &config.routes {
-        builder = builder.route(
-            route.topic.clone(),
-            handlers::service(route, activity.clone())?,
-        );
+    for (topic, handler) in routes {
+        builder = builder.route(topic, handler.into_service(activity.clone()));
     }
     let worker = builder.build()?;
     if let Some(telemetry) = &telemetry {
@@ -98,8 +110,8 @@ pub(crate) async fn run(
 
 /// Samples the group's lag on the route topics for the lag gauge; `None` (with a warning) when the
 /// cluster cannot be reached for it.
-async fn lag_monitor(config: &Config, meter: &Meter) -> Option<LagMonitor> {
-    match Admin::connect(config.kafka.bootstrap.clone()).await {
+async fn lag_monitor(config: &Config, security: &Security, meter: &Meter) -> Option<LagMonitor> {
+    match Admin::connect_with(config.kafka.bootstrap.clone(), security).await {
         Ok(admin) => Some(LagMonitor::start(
             admin,
             config.worker.group.clone(),

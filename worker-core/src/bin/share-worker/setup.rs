@@ -17,10 +17,11 @@ pub(crate) async fn setup(
         "--replication-factor: expected at least 1"
     );
     let bootstrap = &config.kafka.bootstrap;
-    let admin = Admin::connect(bootstrap.as_str())
+    let security = config.security()?;
+    let admin = Admin::connect_with(bootstrap.as_str(), &security)
         .await
         .with_context(|| format!("connecting to {bootstrap}"))?;
-    let existing = topics::existing(bootstrap).await?;
+    let existing = topics::existing(bootstrap, &security).await?;
     let wanted: Vec<String> = config
         .topics()
         .map(str::to_owned)

@@ -22,7 +22,7 @@ pub(crate) struct StatusArgs {
 pub(crate) async fn status(config: &Config, args: &StatusArgs) -> anyhow::Result<()> {
     let bootstrap = &config.kafka.bootstrap;
     let group = &config.worker.group;
-    let admin = Admin::connect(bootstrap.as_str())
+    let admin = Admin::connect_with(bootstrap.as_str(), &config.security()?)
         .await
         .with_context(|| format!("connecting to {bootstrap}"))?;
     let description = admin

@@ -4,19 +4,21 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context;
-use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use worker_core::security::Security;
+
+use crate::librdkafka;
 
 /// The topics of the cluster at `bootstrap` with their partition counts.
-pub(crate) async fn existing(bootstrap: &str) -> anyhow::Result<HashMap<String, usize>> {
+pub(crate) async fn existing(
+    bootstrap: &str,
+    security: &Security,
+) -> anyhow::Result<HashMap<String, usize>> {
     let bootstrap = bootstrap.to_owned();
+    let security = security.clone();
     tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &bootstrap)
-            .create()
-            .context("creating a metadata client")?;
-        let metadata = consumer
-            .fetch_metadata(None, Duration::from_secs(15))
+        let (consumer, context) =
+            librdkafka::consumer(&security, &bootstrap, &[], "a metadata client")?;
+        let metadata = librdkafka::metadata(&consumer, &context, None, Duration::from_secs(15))
             .with_context(|| format!("reading the topics of {bootstrap}"))?;
         Ok(metadata
             .topics()

@@ -3,11 +3,10 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use rdkafka::ClientConfig;
-
-use super::KafkaDlqSink;
 use super::missing::MissingTopics;
+use super::{KafkaDlqSink, Producer};
 use crate::dlq::DlqTopic;
+use crate::security::Security;
 use crate::{Error, ErrorKind, Result};
 
 /// librdkafka's default `message.max.bytes`.
@@ -26,6 +25,7 @@ pub struct KafkaDlqSinkBuilder {
     topic: DlqTopic,
     delivery_timeout: Duration,
     missing_topic_grace: Duration,
+    security: Security,
     options: Vec<(String, String)>,
 }
 
@@ -38,6 +38,7 @@ impl KafkaDlqSinkBuilder {
             topic: DlqTopic::default(),
             delivery_timeout: Duration::from_secs(30),
             missing_topic_grace: DEFAULT_MISSING_TOPIC_GRACE,
+            security: Security::plaintext(),
             options: Vec::new(),
         }
     }
@@ -75,7 +76,19 @@ impl KafkaDlqSinkBuilder {
         self
     }
 
-    /// Any other librdkafka producer setting. Idempotence and `acks=all` cannot be turned off.
+    /// Secures the producers' connections (TLS, SASL) like every other Kafka connection of the
+    /// worker; default plain TCP.
+    ///
+    /// A broker that refuses the producers (a wrong password, a certificate it does not trust) makes
+    /// a write fail as [`Permanent`](crate::dlq::DlqErrorKind::Permanent), in the broker's words,
+    /// as soon as librdkafka reports it (not at the delivery timeout).
+    pub fn security(mut self, security: Security) -> Self {
+        self.security = security;
+        self
+    }
+
+    /// Any other librdkafka producer setting, applied over the [`security`](Self::security)
+    /// settings. Idempotence and `acks=all` cannot be turned off.
     ///
     /// `message.max.bytes` (default 1,000,000) is also the size a letter too large for its topic is
     /// first cut to.
@@ -86,7 +99,7 @@ impl KafkaDlqSinkBuilder {
 
     /// Creates the producer.
     pub fn build(self) -> Result<KafkaDlqSink> {
-        let mut config = ClientConfig::new();
+        let mut config = self.security.rdkafka_client_config(&self.bootstrap)?;
         for (key, value) in &self.options {
             config.set(key, value);
         }
@@ -109,13 +122,14 @@ impl KafkaDlqSinkBuilder {
             .set("acks", "all")
             .set("message.timeout.ms", timeout_ms.to_string())
             .set("message.max.bytes", max_message_bytes.to_string());
-        let producer = config.create().map_err(|err| {
+        let producer = Producer::new(&config, &self.security).map_err(|err| {
             Error::new(ErrorKind::Config, "creating the dead-letter producer").with_source(err)
         })?;
         Ok(KafkaDlqSink {
             producer,
             alone: OnceLock::new(),
             config,
+            security: self.security,
             max_message_bytes,
             metadata_timeout: self
                 .delivery_timeout

@@ -4,7 +4,8 @@
 //! ([`truncate`]) and written again; a write that is not allowed, to an invalid topic name, or
 //! refused for good is [`Permanent`](crate::dlq::DlqErrorKind::Permanent); a topic that does not
 //! exist is [`Unavailable`](crate::dlq::DlqErrorKind::Unavailable) for a grace period
-//! ([`missing`]), then permanent; anything else is unavailable.
+//! ([`missing`]), then permanent; a broker that refuses the producer (authentication, TLS) is
+//! permanent, in the broker's words; anything else is unavailable.
 
 mod builder;
 mod classify;
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{FutureProducer, Producer};
+use rdkafka::producer::{FutureProducer, Producer as _};
 
 use self::classify::{Class, TopicState, classify, classify_error, topic_state};
 use self::letter::Letter;
@@ -27,6 +28,7 @@ use self::missing::{Missing, MissingTopics};
 use self::name::check_topic_name;
 use self::truncate::{Cut, next_cut};
 use super::{DeadLetter, DlqError, DlqSink, DlqTopic};
+use crate::security::{KafkaContext, Security};
 use crate::{Error, ErrorKind};
 
 pub use builder::KafkaDlqSinkBuilder;
@@ -43,11 +45,12 @@ pub use builder::KafkaDlqSinkBuilder;
 /// fails as [`Permanent`](crate::dlq::DlqErrorKind::Permanent): the worker stops instead of
 /// pausing forever.
 pub struct KafkaDlqSink {
-    producer: FutureProducer,
+    producer: Producer,
     /// Made on first use: a producer that sends every letter in a batch of its own, for letters the
     /// broker found too large (another letter in the same batch may have been the reason).
-    alone: OnceLock<FutureProducer>,
+    alone: OnceLock<Producer>,
     config: ClientConfig,
+    security: Security,
     max_message_bytes: usize,
     metadata_timeout: Duration,
     missing: MissingTopics,
@@ -80,41 +83,46 @@ impl KafkaDlqSink {
     }
 
     /// The producer that sends every letter alone, made on first use.
-    fn alone(&self) -> Result<&FutureProducer, DlqError> {
+    fn alone(&self) -> Result<&Producer, DlqError> {
         if let Some(producer) = self.alone.get() {
             return Ok(producer);
         }
-        let producer: FutureProducer = self
-            .config
-            .clone()
-            .set("batch.num.messages", "1")
-            .set("linger.ms", "0")
-            .create()
-            .map_err(|err| {
-                DlqError::unavailable(
-                    Error::new(
-                        ErrorKind::Dlq,
-                        "creating the dead-letter producer for letters too large",
-                    )
-                    .with_source(err),
+        let mut config = self.config.clone();
+        config.set("batch.num.messages", "1").set("linger.ms", "0");
+        let producer = Producer::new(&config, &self.security).map_err(|err| {
+            DlqError::unavailable(
+                Error::new(
+                    ErrorKind::Dlq,
+                    "creating the dead-letter producer for letters too large",
                 )
-            })?;
+                .with_source(err),
+            )
+        })?;
         Ok(self.alone.get_or_init(|| producer))
     }
 
-    /// Writes `letter` once, cut as `cut` says (`None`: whole).
+    /// Writes `letter` once, cut as `cut` says (`None`: whole): until the broker confirms it, or
+    /// refuses the producer.
     async fn write(
         &self,
-        producer: &FutureProducer,
+        producer: &Producer,
         destination: &str,
         letter: &Letter<'_>,
         cut: Option<Cut>,
     ) -> Result<(), Failure> {
         let queued = producer
+            .inner
             .send_result(letter.record(destination, cut))
             .map_err(|(err, _)| Failure::Queue(err))?;
-        match queued.await {
-            Ok(Ok(_)) => Ok(()),
+        let delivered = tokio::select! {
+            delivered = queued => delivered,
+            said = producer.context.refused() => return Err(Failure::Refused(said)),
+        };
+        match delivered {
+            Ok(Ok(_)) => {
+                producer.context.accepted();
+                Ok(())
+            }
             Ok(Err((err, _))) => Err(Failure::Delivery(err)),
             Err(_) => Err(Failure::Dropped),
         }
@@ -123,7 +131,7 @@ impl KafkaDlqSink {
     /// The error for a write that failed for good (`class` is permanent).
     fn refused(
         &self,
-        producer: &FutureProducer,
+        producer: &Producer,
         class: Class,
         writing: String,
         error: KafkaError,
@@ -136,6 +144,7 @@ impl KafkaDlqSink {
             ),
             _ if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) => {
                 let why = producer
+                    .inner
                     .client()
                     .fatal_error()
                     .map(|(code, text)| format!(" ({code}: {text})"))
@@ -213,7 +222,7 @@ impl KafkaDlqSink {
 
     /// Whether `topic` exists, from the cluster's metadata.
     async fn topic_state(&self, topic: &str) -> Result<TopicState, String> {
-        let producer = self.producer.clone();
+        let producer = self.producer.inner.clone();
         let name = topic.to_owned();
         let timeout = self.metadata_timeout;
         let metadata = tokio::task::spawn_blocking(move || {
@@ -255,7 +264,7 @@ impl KafkaDlqSink {
     /// The error for a write that failed with anything but "too large".
     async fn failed(
         &self,
-        producer: &FutureProducer,
+        producer: &Producer,
         class: Class,
         destination: &str,
         what: String,
@@ -298,6 +307,24 @@ enum Failure {
     Delivery(KafkaError),
     /// The producer dropped it.
     Dropped,
+    /// A broker refused the producer (SASL authentication, TLS handshake): what it said.
+    Refused(String),
+}
+
+/// One producer of the sink and its context (where the broker's refusals are kept).
+struct Producer {
+    inner: FutureProducer<KafkaContext>,
+    context: KafkaContext,
+}
+
+impl Producer {
+    fn new(config: &ClientConfig, security: &Security) -> Result<Self, KafkaError> {
+        let context = security.rdkafka_context();
+        Ok(Self {
+            inner: config.create_with_context(context.clone())?,
+            context,
+        })
+    }
 }
 
 #[async_trait::async_trait]
@@ -340,6 +367,13 @@ impl DlqSink for KafkaDlqSink {
                     return Err(DlqError::unavailable(Error::new(
                         ErrorKind::Dlq,
                         format!("the dead-letter producer dropped the letter: {what}"),
+                    )));
+                }
+                // Credentials and certificates do not fix themselves: the worker stops and says so.
+                Failure::Refused(said) => {
+                    return Err(DlqError::permanent(Error::new(
+                        ErrorKind::Authentication,
+                        format!("{what}: the broker refused the dead-letter producer: {said}"),
                     )));
                 }
             };

@@ -20,6 +20,7 @@ use kafka_protocol::protocol::Encodable;
 use super::cluster::Cluster;
 use super::connection::{ConnectOptions, Connection};
 use super::error_codes as codes;
+use crate::security::{Prepared, Security};
 use crate::{Error, ErrorKind, Result};
 
 pub use configs::{DeliveryLimit, DeliveryLimitSource};
@@ -170,8 +171,13 @@ async fn call<T>(
 }
 
 impl Admin {
-    /// Connects to `bootstrap` (comma-separated `host:port` list).
+    /// Connects to `bootstrap` (comma-separated `host:port` list) over plain TCP.
     pub async fn connect(bootstrap: impl Into<String>) -> Result<Self> {
+        Self::connect_with(bootstrap, &Security::plaintext()).await
+    }
+
+    /// Connects to `bootstrap` (comma-separated `host:port` list), secured by `security`.
+    pub async fn connect_with(bootstrap: impl Into<String>, security: &Security) -> Result<Self> {
         let bootstrap: Vec<String> = bootstrap
             .into()
             .split(',')
@@ -191,6 +197,7 @@ impl Admin {
                 // Admin answers are small; a cap keeps what a lying one can make us hold small.
                 max_frame: 8 * 1024 * 1024,
                 request_timeout: Duration::from_secs(30),
+                security: Prepared::new(security)?,
             },
         );
         drop(cluster.connect_any().await?);
@@ -329,6 +336,7 @@ mod tests {
             client_id: "test".into(),
             max_frame: 1024,
             request_timeout: Duration::from_secs(5),
+            security: crate::security::Prepared::default(),
         };
         let mut conn = Connection::connect(&addr, &options).await?;
         let err = call(

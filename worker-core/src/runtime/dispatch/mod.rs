@@ -328,7 +328,7 @@ where
 }
 
 /// Whether a fetch error stops the worker: the source closed, or the broker said something no
-/// retry can change (access refused, the group is of another
+/// retry can change (access refused, credentials or certificates refused, the group is of another
 /// type or full, share groups off, a setting it refuses). Anything else (the network, a broker
 /// restarting) is retried with backoff.
 fn ends_the_worker(kind: ErrorKind) -> bool {
@@ -336,6 +336,7 @@ fn ends_the_worker(kind: ErrorKind) -> bool {
         kind,
         ErrorKind::Closed
             | ErrorKind::Authorization
+            | ErrorKind::Authentication
             | ErrorKind::Group
             | ErrorKind::Unsupported
             | ErrorKind::Config

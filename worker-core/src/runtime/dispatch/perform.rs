@@ -83,8 +83,7 @@ where
                     self.acking.push(SlotReceipt::new(key, receipt));
                 }
                 Effect::Hold => {
-                    if let Some(Phase::Held { until }) = self.slots.get(key).map(|j| j.life.phase)
-                    {
+                    if let Some(Phase::Held { until }) = self.slots.get(key).map(|j| j.life.phase) {
                         self.holds.hold(key, until);
                     }
                 }
@@ -131,7 +130,11 @@ where
         if let Some((topic, pause)) = self.routes.count(route, unfinished, self.route_share) {
             self.source.pause(topic, pause);
             if pause {
-                tracing::debug!(topic, share = self.route_share, "route full: pausing its topic");
+                tracing::debug!(
+                    topic,
+                    share = self.route_share,
+                    "route full: pausing its topic"
+                );
             } else {
                 tracing::debug!(topic, "route has room again: resuming its topic");
             }
@@ -154,7 +157,10 @@ where
         };
         match called {
             Ok(future) => {
-                let timeout = self.routes.timeout(route).unwrap_or(self.config.job_timeout);
+                let timeout = self
+                    .routes
+                    .timeout(route)
+                    .unwrap_or(self.config.job_timeout);
                 self.running
                     .spawn(handler_task(key, future, timeout, span.clone()));
             }
@@ -177,7 +183,13 @@ where
     }
 
     /// A handler task ended.
-    pub(super) fn on_finished(&mut self, key: SlotKey, finished: Finished, took: Duration, now: Instant) {
+    pub(super) fn on_finished(
+        &mut self,
+        key: SlotKey,
+        finished: Finished,
+        took: Duration,
+        now: Instant,
+    ) {
         let Some(job) = self.slots.get(key) else {
             return;
         };
@@ -210,7 +222,12 @@ where
 
     /// The broker answered an acknowledgement.
     pub(super) fn on_acked(&mut self, key: SlotKey, result: Result<(), AckError>, now: Instant) {
-        self.step(key, Event::Answered(result.as_ref().map(|_| ())), Duration::ZERO, now);
+        self.step(
+            key,
+            Event::Answered(result.as_ref().map(|_| ())),
+            Duration::ZERO,
+            now,
+        );
     }
 
     /// Handles every dead-letter write that ended.

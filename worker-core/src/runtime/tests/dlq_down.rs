@@ -1,7 +1,6 @@
 //! A failing dead-letter sink: records for it keep their slots and locks, nothing is accepted or
 //! rejected before the sink confirms, fetching pauses, and everything lands once it recovers.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::support::{handler, run_until, seq, wait_until};

@@ -9,11 +9,12 @@ use worker_core::config::{OnRedirect, RouteSection};
 use worker_core::{Job, Outcome};
 
 use super::{first_chars, one_line};
+use crate::tls;
 
 /// How much of a `Location` header a reason quotes: it is the endpoint's to choose.
 const MAX_LOCATION_CHARS: usize = 200;
 
-/// Sends each record: 2xx accepts; 408, 429, 5xx, a timeout or a connection error retries
+/// Sends each record: 2xx accepts; 408, 429, 5xx, a timeout or a connection or TLS error retries
 /// (honouring `Retry-After` in seconds); a 3xx retries or rejects (`on-redirect`) and is never
 /// followed; any other status rejects. Only the status and headers are read: the body never is.
 #[derive(Debug)]
@@ -40,11 +41,27 @@ impl Http {
             .with_context(|| format!("route {}: bad method {method:?}", route.topic))?;
         // A followed 301/302/303 turns the POST into a GET without the payload, and the 200 of
         // whatever page it lands on would accept a record that was never delivered.
-        let client = reqwest::Client::builder()
+        let mut client = reqwest::Client::builder()
             .timeout(timeout)
-            .redirect(redirect::Policy::none())
+            .redirect(redirect::Policy::none());
+        if url.scheme() == "http" {
+            // Never TLS (redirects are not followed): it needs no roots, which a slim container
+            // may not have.
+            client = client.tls_certs_only([]);
+        }
+        if let Some(path) = &route.ca_file {
+            let certs = tls::ca_certificates("ca-file", path)
+                .with_context(|| format!("route {}", route.topic))?;
+            client = client.tls_certs_merge(certs);
+        }
+        if let (Some(cert), Some(key)) = (&route.cert_file, &route.key_file) {
+            let identity =
+                tls::identity(cert, key).with_context(|| format!("route {}", route.topic))?;
+            client = client.identity(identity);
+        }
+        let client = client
             .build()
-            .context("creating the HTTP client")?;
+            .with_context(|| format!("route {}: creating the HTTP client", route.topic))?;
         Ok(Self {
             client,
             method,
@@ -71,10 +88,31 @@ impl Http {
         match request.send().await {
             // The response is dropped unread: a large or endless body costs nothing.
             Ok(response) => classify(response.status(), response.headers(), self.on_redirect),
-            Err(err) if err.is_timeout() => Outcome::retry(format!("timed out: {err}")),
-            Err(err) => Outcome::retry(format!("request failed: {err}")),
+            Err(err) => match tls::failure_reason(&err) {
+                Some(reason) => Outcome::retry(reason),
+                None if err.is_timeout() => {
+                    Outcome::retry(format!("timed out: {}", with_causes(&err)))
+                }
+                None => Outcome::retry(format!("request failed: {}", with_causes(&err))),
+            },
         }
     }
+}
+
+/// `err` and its causes, `: `-separated: reqwest's own message names none ("error sending request
+/// for url (…)"), where the cause says what happened (a refused connection, a reset).
+fn with_causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let message = cause.to_string();
+        if !text.ends_with(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// The outcome of a response.
@@ -164,6 +202,26 @@ mod tests {
             classify(StatusCode::NOT_FOUND, &two, retry),
             Outcome::Reject { .. }
         ));
+    }
+
+    #[tokio::test]
+    async fn a_failed_request_says_why() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let err = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{port}/send"))
+            .send()
+            .await
+            .unwrap_err();
+        let reason = with_causes(&err);
+        assert!(
+            reason.starts_with(&format!(
+                "error sending request for url (http://127.0.0.1:{port}/send): "
+            )) && reason.contains("Connection refused"),
+            "{reason}"
+        );
     }
 
     #[test]

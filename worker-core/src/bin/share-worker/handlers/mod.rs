@@ -42,31 +42,47 @@ impl Handler {
     }
 }
 
-/// The service of `route` (validated by the config), counting its calls in `activity`.
-pub(crate) fn service(
-    route: &RouteSection,
-    activity: Arc<Activity>,
-) -> anyhow::Result<RouteService> {
+/// A route's handler, built before the worker joins its group: a route that cannot start (a TLS
+/// file that does not parse, say) stops the worker before it holds any record.
+#[derive(Debug)]
+pub(crate) struct RouteHandler {
+    handler: Handler,
+    concurrency: Option<usize>,
+}
+
+/// The handler of `route` (validated by the config).
+pub(crate) fn handler(route: &RouteSection) -> anyhow::Result<RouteHandler> {
     let timeout = route.timeout.unwrap_or(DEFAULT_ROUTE_TIMEOUT);
-    let handler = Arc::new(match route.handler {
+    let handler = match route.handler {
         HandlerKind::Noop => Handler::Noop(route.delay.unwrap_or_default()),
         HandlerKind::Exec => Handler::Exec(exec::Exec::new(route, timeout)?),
         HandlerKind::Http => Handler::Http(http::Http::new(route, timeout)?),
-    });
-    let service = service_fn(move |job: Job| {
-        let handler = handler.clone();
-        let activity = activity.clone();
-        async move {
-            let call = activity.start();
-            let outcome = handler.handle(&job).await;
-            call.finish(&outcome, job.attempt());
-            Ok::<_, Infallible>(outcome)
-        }
-    });
-    Ok(match route.concurrency {
-        Some(limit) => BoxService::new(ConcurrencyLimit::new(service, limit)),
-        None => BoxService::new(service),
+    };
+    Ok(RouteHandler {
+        handler,
+        concurrency: route.concurrency,
     })
+}
+
+impl RouteHandler {
+    /// The route's service, counting its calls in `activity`.
+    pub(crate) fn into_service(self, activity: Arc<Activity>) -> RouteService {
+        let handler = Arc::new(self.handler);
+        let service = service_fn(move |job: Job| {
+            let handler = handler.clone();
+            let activity = activity.clone();
+            async move {
+                let call = activity.start();
+                let outcome = handler.handle(&job).await;
+                call.finish(&outcome, job.attempt());
+                Ok::<_, Infallible>(outcome)
+            }
+        });
+        match self.concurrency {
+            Some(limit) => BoxService::new(ConcurrencyLimit::new(service, limit)),
+            None => BoxService::new(service),
+        }
+    }
 }
 
 /// At most the first `max` characters of `text`.

@@ -98,13 +98,15 @@ pub(crate) async fn replay(config: &Config, args: &ReplayArgs) -> anyhow::Result
         );
     }
     let bootstrap = config.kafka.bootstrap.clone();
+    let security = config.security()?;
     let client_id = format!("{}-replay", config.kafka.client_id);
     let dlq = args.topic.clone();
     let to = args.to.clone();
     let scan = tokio::task::spawn_blocking({
         let (bootstrap, client_id, dlq) = (bootstrap.clone(), client_id.clone(), dlq.clone());
+        let security = security.clone();
         move || -> anyhow::Result<DlqScan> {
-            let scan = DlqScan::open(&bootstrap, &client_id, &dlq)?;
+            let scan = DlqScan::open(&bootstrap, &security, &client_id, &dlq)?;
             if let Some(to) = &to {
                 anyhow::ensure!(
                     *to != dlq,
@@ -131,7 +133,7 @@ pub(crate) async fn replay(config: &Config, args: &ReplayArgs) -> anyhow::Result
     let replayer = if args.dry_run {
         None
     } else {
-        Some(Replayer::new(&bootstrap, &client_id, &dlq)?)
+        Some(Replayer::new(&bootstrap, &security, &client_id, &dlq)?)
     };
     let (mut letters, scanning) = scan.spawn_letters(QUEUED, progress());
     let limit = args.limit.unwrap_or(u64::MAX);

@@ -7,12 +7,13 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use rdkafka::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use worker_core::dlq::headers::{self, MarkerKind};
+use worker_core::security::{KafkaContext, Security};
 
 use super::scan::{Letter, LetterHeader};
+use crate::librdkafka;
 
 /// The header counting how often a record was replayed.
 pub(crate) const REPLAY_COUNT: &str = "share.replay.count";
@@ -33,7 +34,8 @@ pub(crate) enum ReplayError {
 /// Writes replays and markers for one dead-letter topic. Clones share one producer.
 #[derive(Clone)]
 pub(crate) struct Replayer {
-    producer: FutureProducer,
+    producer: FutureProducer<KafkaContext>,
+    context: KafkaContext,
     dlq: String,
 }
 
@@ -46,18 +48,28 @@ impl std::fmt::Debug for Replayer {
 }
 
 impl Replayer {
-    /// A replayer for the letters of `dlq`.
-    pub(crate) fn new(bootstrap: &str, client_id: &str, dlq: &str) -> anyhow::Result<Self> {
-        let producer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("client.id", client_id)
-            .set("acks", "all")
-            .set("enable.idempotence", "true")
-            .set("message.timeout.ms", WRITE_TIMEOUT.as_millis().to_string())
-            .create()
-            .context("creating the replay producer")?;
+    /// A replayer for the letters of `dlq`, connecting as `security` says.
+    pub(crate) fn new(
+        bootstrap: &str,
+        security: &Security,
+        client_id: &str,
+        dlq: &str,
+    ) -> anyhow::Result<Self> {
+        let timeout = WRITE_TIMEOUT.as_millis().to_string();
+        let (producer, context) = librdkafka::producer(
+            security,
+            bootstrap,
+            &[
+                ("client.id", client_id),
+                ("acks", "all"),
+                ("enable.idempotence", "true"),
+                ("message.timeout.ms", &timeout),
+            ],
+            "the replay producer",
+        )?;
         Ok(Self {
             producer,
+            context,
             dlq: dlq.to_owned(),
         })
     }
@@ -138,8 +150,14 @@ impl Replayer {
             .producer
             .send_result(record)
             .map_err(|(err, _)| anyhow::anyhow!("queueing the write: {err}"))?;
-        match queued.await {
-            Ok(Ok(_)) => Ok(()),
+        match librdkafka::unless_refused(queued, &self.context)
+            .await
+            .map_err(|said| anyhow::anyhow!(said))?
+        {
+            Ok(Ok(_)) => {
+                self.context.accepted();
+                Ok(())
+            }
             Ok(Err((err, _))) => Err(anyhow::anyhow!(err)),
             Err(_) => Err(anyhow::anyhow!("the producer dropped the write")),
         }

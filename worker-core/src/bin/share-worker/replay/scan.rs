@@ -20,9 +20,12 @@ use anyhow::Context;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 use worker_core::dlq::headers::{self, MarkerKind};
+use worker_core::security::{KafkaContext, Security};
+
+use crate::librdkafka;
 
 /// How long a read may go without any record or end of partition before it gives up.
 const STALL: Duration = Duration::from_secs(30);
@@ -139,7 +142,8 @@ pub(crate) enum ScanPass {
 
 /// A dead-letter topic opened for reading, with its partitions' ranges fixed.
 pub(crate) struct DlqScan {
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<KafkaContext>,
+    context: KafkaContext,
     topic: String,
     ranges: Vec<PartitionRange>,
 }
@@ -154,20 +158,28 @@ impl std::fmt::Debug for DlqScan {
 }
 
 impl DlqScan {
-    /// Connects and reads every partition's watermarks. Blocking.
-    pub(crate) fn open(bootstrap: &str, client_id: &str, topic: &str) -> anyhow::Result<Self> {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("client.id", client_id)
-            .set("group.id", READER_GROUP)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("enable.partition.eof", "true")
-            .set("auto.offset.reset", "earliest")
-            .create()
-            .context("creating the dead-letter reader")?;
+    /// Connects (as `security` says) and reads every partition's watermarks. Blocking.
+    pub(crate) fn open(
+        bootstrap: &str,
+        security: &Security,
+        client_id: &str,
+        topic: &str,
+    ) -> anyhow::Result<Self> {
+        let (consumer, context) = librdkafka::consumer(
+            security,
+            bootstrap,
+            &[
+                ("client.id", client_id),
+                ("group.id", READER_GROUP),
+                ("enable.auto.commit", "false"),
+                ("enable.auto.offset.store", "false"),
+                ("enable.partition.eof", "true"),
+                ("auto.offset.reset", "earliest"),
+            ],
+            "the dead-letter reader",
+        )?;
         let mut ranges = Vec::new();
-        for partition in partitions(&consumer, topic)? {
+        for partition in partitions(&consumer, &context, topic)? {
             let (low, high) = consumer
                 .fetch_watermarks(topic, partition, REQUEST)
                 .with_context(|| format!("reading the offsets of {topic}/{partition}"))?;
@@ -179,6 +191,7 @@ impl DlqScan {
         }
         Ok(Self {
             consumer,
+            context,
             topic: topic.to_owned(),
             ranges,
         })
@@ -186,7 +199,7 @@ impl DlqScan {
 
     /// Whether `topic` exists in the cluster. Blocking.
     pub(crate) fn topic_exists(&self, topic: &str) -> anyhow::Result<bool> {
-        match partitions(&self.consumer, topic) {
+        match partitions(&self.consumer, &self.context, topic) {
             Ok(_) => Ok(true),
             Err(err) if err.downcast_ref::<NoSuchTopic>().is_some() => Ok(false),
             Err(err) => Err(err),
@@ -395,9 +408,12 @@ impl DlqScan {
 struct NoSuchTopic(String);
 
 /// The partitions of `topic`, from the cluster's metadata.
-fn partitions(consumer: &BaseConsumer, topic: &str) -> anyhow::Result<Vec<i32>> {
-    let metadata = consumer
-        .fetch_metadata(Some(topic), REQUEST)
+fn partitions(
+    consumer: &BaseConsumer<KafkaContext>,
+    context: &KafkaContext,
+    topic: &str,
+) -> anyhow::Result<Vec<i32>> {
+    let metadata = librdkafka::metadata(consumer, context, Some(topic), REQUEST)
         .with_context(|| format!("reading the metadata of {topic}"))?;
     let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
         return Err(NoSuchTopic(topic.to_owned()).into());

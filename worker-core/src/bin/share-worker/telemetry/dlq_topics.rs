@@ -7,6 +7,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
+use worker_core::security::Security;
+
 use crate::topics;
 
 /// The last answer of the dead-letter topic check.
@@ -54,10 +56,11 @@ impl DlqTopics {
     }
 }
 
-/// Checks that `wanted` exist at `bootstrap` now and then every `every`; the receiver sees the
-/// last result. No task when there is nothing to check.
+/// Checks that `wanted` exist at `bootstrap` (connecting as `security` says) now and then every
+/// `every`; the receiver sees the last result. No task when there is nothing to check.
 pub(crate) fn spawn_check(
     bootstrap: String,
+    security: Security,
     wanted: Vec<String>,
     every: Duration,
 ) -> (watch::Receiver<DlqTopics>, Option<JoinHandle<()>>) {
@@ -70,7 +73,7 @@ pub(crate) fn spawn_check(
         ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            let existing = topics::existing(&bootstrap)
+            let existing = topics::existing(&bootstrap, &security)
                 .await
                 .map(|topics| move |t: &str| topics.contains_key(t));
             let now = DlqTopics::of(&wanted, existing);

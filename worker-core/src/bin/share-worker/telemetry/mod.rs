@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use worker_core::kafka::KafkaSource;
 use worker_core::runtime::WorkerHealth;
+use worker_core::security::Security;
 
 use routes::{Probes, WorkerState};
 use server::Limits;
@@ -40,15 +41,17 @@ pub(crate) struct TelemetryServer {
 }
 
 impl TelemetryServer {
-    /// Serves `listener` and starts checking that `dlq_topics` exist at `bootstrap`.
+    /// Serves `listener` and starts checking that `dlq_topics` exist at `bootstrap` (connecting as
+    /// `security` says).
     pub(crate) fn start(
         listener: TcpListener,
         registry: prometheus::Registry,
         bootstrap: String,
+        security: Security,
         dlq_topics: Vec<String>,
     ) -> Self {
         let (dlq_topics, dlq_check) =
-            dlq_topics::spawn_check(bootstrap, dlq_topics, DLQ_CHECK_INTERVAL);
+            dlq_topics::spawn_check(bootstrap, security, dlq_topics, DLQ_CHECK_INTERVAL);
         let worker = Arc::new(OnceLock::new());
         let probes = Probes {
             worker: worker.clone(),

@@ -3,8 +3,10 @@ use std::time::Duration;
 
 use super::*;
 
-const REFERENCE: &str = include_str!("../../reference.toml");
-const SMS: &str = include_str!("../../../examples/sms.toml");
+mod security;
+
+const REFERENCE: &str = include_str!("../../../reference.toml");
+const SMS: &str = include_str!("../../../../examples/sms.toml");
 
 /// The file from the issue, verbatim.
 const ISSUE: &str = r#"
@@ -107,7 +109,7 @@ fn defaults_fill_a_minimal_file() {
     assert_eq!(config.worker.auto_offset_reset, OffsetReset::Earliest);
     assert!(config.dlq.is_none());
     assert!(config.dlq_topics().is_empty());
-    let source = config.source_builder();
+    let source = config.source_builder().unwrap();
     assert_eq!(source.config().topics, ["t"]);
     assert_eq!(source.config().group, "g");
 }
@@ -341,6 +343,95 @@ fn broken_files_name_the_key_and_the_line() {
     assert!(err.to_string().contains("route"), "{err}");
     let err = broken(|m| m.replace("[worker]\ngroup = \"g\"\n", ""));
     assert_eq!(err.key(), "worker", "{err}");
+}
+
+/// MINIMAL with its route turned into an http route to `url` with the `extra` lines.
+fn http_route(url: &str, extra: &str) -> String {
+    MINIMAL.replace(
+        "handler = \"noop\"",
+        &format!("handler = \"http\"\nurl = \"{url}\"\n{extra}"),
+    )
+}
+
+#[test]
+fn tls_files_belong_to_https_routes_and_come_in_pairs() {
+    let config = parse(&http_route(
+        "https://hooks.example/send",
+        "ca-file = \"ca.pem\"\ncert-file = \"/etc/c.pem\"\nkey-file = \"/etc/k.pem\"",
+    ))
+    .unwrap();
+    let route = &config.routes[0];
+    assert_eq!(route.ca_file.as_deref(), Some(Path::new("ca.pem")));
+    assert_eq!(route.cert_file.as_deref(), Some(Path::new("/etc/c.pem")));
+    assert_eq!(route.key_file.as_deref(), Some(Path::new("/etc/k.pem")));
+    // Validation reads no file: the binary does, at start.
+    assert_eq!(parse(&config.to_toml()).unwrap(), config);
+
+    let https = "https://hooks.example/send";
+    let cases = [
+        (
+            http_route(https, "cert-file = \"c.pem\""),
+            "route[0].cert-file",
+            12,
+            "expected `key-file` too",
+        ),
+        (
+            http_route(https, "key-file = \"k.pem\""),
+            "route[0].key-file",
+            12,
+            "expected `cert-file` too",
+        ),
+        (
+            http_route(https, "ca-file = \"\""),
+            "route[0].ca-file",
+            12,
+            "expected the path of a PEM file",
+        ),
+        // Over plain http the files would never be used.
+        (
+            http_route("http://hooks.example/send", "ca-file = \"ca.pem\""),
+            "route[0].ca-file",
+            12,
+            "applies to https:// URLs only",
+        ),
+        (
+            MINIMAL.replace(
+                "handler = \"noop\"",
+                "handler = \"exec\"\ncommand = [\"x\"]\ncert-file = \"c.pem\"",
+            ),
+            "route[0].cert-file",
+            12,
+            "applies to handler = \"http\" only",
+        ),
+        (
+            format!("{MINIMAL}[telemetry]\notlp-ca-file = \"ca.pem\"\n"),
+            "telemetry.otlp-ca-file",
+            12,
+            "and none is set",
+        ),
+        (
+            format!(
+                "{MINIMAL}[telemetry]\notlp-endpoint = \"http://c:4318\"\notlp-ca-file = \"ca.pem\"\n"
+            ),
+            "telemetry.otlp-ca-file",
+            13,
+            "applies to an https:// `otlp-endpoint` only",
+        ),
+    ];
+    for (text, key, line, says) in cases {
+        let err = match parse(&text) {
+            Ok(_) => panic!("expected an error for:\n{text}"),
+            Err(err) => err,
+        };
+        assert_error(&err, key, line, says);
+    }
+    let telemetry = format!(
+        "{MINIMAL}[telemetry]\notlp-endpoint = \"https://c:4318\"\notlp-ca-file = \"ca.pem\"\n"
+    );
+    assert_eq!(
+        parse(&telemetry).unwrap().telemetry.otlp_ca_file.as_deref(),
+        Some(Path::new("ca.pem"))
+    );
 }
 
 #[test]
