@@ -542,3 +542,27 @@ async fn the_source_reports_the_groups_delivery_limit() -> Result<()> {
     source.close().await?;
     Ok(())
 }
+
+/// A source built with `offset_reset(Earliest)` sets the group's `share.auto.offset.reset` before
+/// it joins, so a fresh group reads what was produced before it existed (Kafka's default,
+/// `latest`, would skip it).
+#[tokio::test]
+async fn offset_reset_earliest_reads_what_came_before_the_group() -> Result<()> {
+    let admin = Admin::connect(bootstrap()).await?;
+    let topic = unique("t");
+    let group = unique("g");
+    admin.create_topic(&topic, 1, 1).await?;
+    produce(&topic, 5).await?;
+    let src = KafkaSource::builder(bootstrap(), &group)
+        .topic(&topic)
+        .offset_reset(worker_core::kafka::OffsetReset::Earliest)
+        .max_wait(Duration::from_millis(200))
+        .build()
+        .await?;
+    let records = fetch_n(&src, 5, 5, Duration::from_secs(30)).await?;
+    let offsets: Vec<i64> = records.iter().map(|d| d.id.offset).collect();
+    ensure!(offsets == vec![0, 1, 2, 3, 4], "fetched {offsets:?}");
+    ack_all(&src, &records, AckKind::Accept).await?;
+    src.close().await?;
+    Ok(())
+}

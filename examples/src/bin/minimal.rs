@@ -3,19 +3,15 @@
 use std::convert::Infallible;
 use tower::service_fn;
 use worker_core::dlq::KafkaDlqSink;
-use worker_core::kafka::{Admin, KafkaSource};
+use worker_core::kafka::{KafkaSource, OffsetReset};
 use worker_core::{Job, Outcome, Worker};
 
 #[tokio::main]
 async fn main() -> worker_core::Result<()> {
-    // Job queues want every record, not just those produced after the group first fetched.
-    let admin = Admin::connect("127.0.0.1:9092").await?;
-    admin
-        .set_group_config("sms-senders", "share.auto.offset.reset", "earliest")
-        .await?;
-
     let source = KafkaSource::builder("127.0.0.1:9092", "sms-senders")
         .topic("sms")
+        // Job queues want every record, not just those produced after the group first fetched.
+        .offset_reset(OffsetReset::Earliest)
         .build()
         .await?;
     // Records that cannot succeed go to `sms.dlq`, confirmed before the source record is settled.

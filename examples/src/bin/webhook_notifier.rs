@@ -7,19 +7,16 @@ use examples::demo_backoff;
 use examples::webhook::{FakeEndpoints, service};
 use worker_core::Worker;
 use worker_core::dlq::KafkaDlqSink;
-use worker_core::kafka::{Admin, KafkaSource};
+use worker_core::kafka::{KafkaSource, OffsetReset};
 
 #[tokio::main]
 async fn main() -> worker_core::Result<()> {
     let mut args = std::env::args().skip(1);
     let bootstrap = args.next().unwrap_or_else(|| "127.0.0.1:9092".into());
     let group = args.next().unwrap_or_else(|| "webhook-notifiers".into());
-    Admin::connect(&bootstrap)
-        .await?
-        .set_group_config(&group, "share.auto.offset.reset", "earliest")
-        .await?;
     let source = KafkaSource::builder(&bootstrap, &group)
         .topic("webhooks")
+        .offset_reset(OffsetReset::Earliest)
         .build()
         .await?;
     let dlq = KafkaDlqSink::builder(&bootstrap, &group)

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::duration;
+pub use crate::kafka::OffsetReset;
 use crate::security::{Protocol, Secret};
 
 /// The whole file. See `worker-core/reference.toml` for every key with its default.
@@ -190,27 +191,6 @@ pub struct WorkerSection {
     /// Where a new group starts reading, set by `share-worker setup` (default `earliest`).
     #[serde(default)]
     pub auto_offset_reset: OffsetReset,
-}
-
-/// `share.auto.offset.reset` of the group.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum OffsetReset {
-    /// From the first record still in the log.
-    #[default]
-    Earliest,
-    /// Only records produced after the group started.
-    Latest,
-}
-
-impl OffsetReset {
-    /// The broker's spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OffsetReset::Earliest => "earliest",
-            OffsetReset::Latest => "latest",
-        }
-    }
 }
 
 /// `[retry]`.

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::security::Security;
 use crate::{Error, ErrorKind, Result};
 
@@ -37,6 +39,31 @@ pub struct KafkaConfig {
     pub metadata_max_age: Duration,
     /// TLS and SASL for every connection (default: plain TCP).
     pub security: Security,
+    /// Sets the group's `share.auto.offset.reset` before joining, when `Some`.
+    pub offset_reset: Option<OffsetReset>,
+}
+
+/// Where a share group without a start position begins reading: the group's
+/// `share.auto.offset.reset`. Kafka's default is `latest`, which skips what was produced before
+/// the group first read a partition.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum OffsetReset {
+    /// From the first record still in the log.
+    #[default]
+    Earliest,
+    /// Only records produced after the group started.
+    Latest,
+}
+
+impl OffsetReset {
+    /// The broker's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OffsetReset::Earliest => "earliest",
+            OffsetReset::Latest => "latest",
+        }
+    }
 }
 
 impl KafkaConfig {
@@ -60,6 +87,7 @@ impl KafkaConfig {
             request_timeout: Duration::from_secs(30),
             metadata_max_age: Duration::from_secs(30),
             security: Security::default(),
+            offset_reset: None,
         }
     }
 
@@ -179,6 +207,15 @@ impl KafkaSourceBuilder {
     /// Secures every connection with `security` (TLS, SASL); default plain TCP.
     pub fn security(mut self, security: Security) -> Self {
         self.config.security = security;
+        self
+    }
+
+    /// Sets the group's `share.auto.offset.reset` when the source starts, before it joins: where
+    /// the group begins reading a partition it has no position in. It is a setting of the group,
+    /// so it applies to every member; it needs the `Alter` permission on the group, and a start
+    /// without it fails naming the group. Default: leave the group's setting alone.
+    pub fn offset_reset(mut self, reset: OffsetReset) -> Self {
+        self.config.offset_reset = Some(reset);
         self
     }
 

@@ -64,5 +64,5 @@ pub use admin::{
     Admin, DeliveryLimit, DeliveryLimitSource, PartitionOffsets, ShareGroupDescription,
     ShareGroupMember,
 };
-pub use config::{KafkaConfig, KafkaSourceBuilder};
+pub use config::{KafkaConfig, KafkaSourceBuilder, OffsetReset};
 pub use source::KafkaSource;

@@ -13,7 +13,8 @@ use uuid::Uuid;
 use super::ack_queue::PendingAck;
 use super::acks::{RENEW, wire_type};
 use super::cluster::Cluster;
-use super::config::KafkaConfig;
+use super::admin::Admin;
+use super::config::{KafkaConfig, OffsetReset};
 use super::connection::ConnectOptions;
 use super::membership::{self, MemberSpec, MemberState};
 use super::records::InflateLimits;
@@ -66,6 +67,25 @@ impl Drop for Inner {
 }
 
 /// A 22-character random member id, like the Java client's.
+/// Sets the group's `share.auto.offset.reset` before the member joins.
+async fn set_offset_reset(config: &KafkaConfig, reset: OffsetReset) -> Result<()> {
+    let admin = Admin::connect_with(config.bootstrap.join(","), &config.security).await?;
+    admin
+        .set_group_config(&config.group, "share.auto.offset.reset", reset.as_str())
+        .await
+        .map_err(|e| {
+            Error::new(
+                e.kind(),
+                format!(
+                    "setting share.auto.offset.reset = {} on group {}: {}",
+                    reset.as_str(),
+                    config.group,
+                    e.message()
+                ),
+            )
+        })
+}
+
 fn new_member_id() -> String {
     use std::fmt::Write;
     let mut s = String::with_capacity(22);
@@ -103,6 +123,9 @@ impl KafkaSource {
         let conn = cluster.connect_any().await?;
         conn.require_share_v2()?;
         drop(conn);
+        if let Some(reset) = config.offset_reset {
+            set_offset_reset(&config, reset).await?;
+        }
         let member_id = new_member_id();
         let member_cancel = CancellationToken::new();
         let (member, task) = membership::spawn(
