@@ -9,7 +9,7 @@ use anyhow::{Context, ensure};
 use tests::{produce, producer, unique, wait_for};
 use tower::service_fn;
 use worker_core::kafka::{Admin, KafkaSource};
-use worker_core::security::{SaslConfig, Security, TlsConfig};
+use worker_core::security::{OidcClientCredentials, SaslConfig, Security, TlsConfig, TokenSource};
 use worker_core::source::{AckKind, ShareSource};
 use worker_core::{ErrorKind, Job, Outcome, Worker};
 
@@ -258,5 +258,151 @@ async fn sessions_are_authenticated_again_before_they_run_out() -> anyhow::Resul
         counts.len()
     );
     ensure!(counts.iter().all(|c| *c == 1), "{counts:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn records_flow_over_sasl_ssl_with_scram_sha_256() -> anyhow::Result<()> {
+    let sasl = SaslConfig::scram_sha256(env("KAFKA_SASL_USERNAME")?, password()?);
+    consume(
+        &env("KAFKA_SASL_SSL_BOOTSTRAP")?,
+        Security::sasl_ssl(sasl, ca()?),
+        20,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn records_flow_over_sasl_ssl_with_scram_sha_512() -> anyhow::Result<()> {
+    let sasl = SaslConfig::scram_sha512(env("KAFKA_SASL_USERNAME")?, password()?);
+    consume(
+        &env("KAFKA_SASL_SSL_BOOTSTRAP")?,
+        Security::sasl_ssl(sasl, ca()?),
+        20,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_wrong_scram_password_is_refused_with_the_brokers_words() -> anyhow::Result<()> {
+    let sasl = SaslConfig::scram_sha512(env("KAFKA_SASL_USERNAME")?, "not-the-password");
+    refused(
+        &env("KAFKA_SASL_SSL_BOOTSTRAP")?,
+        Security::sasl_ssl(sasl, ca()?),
+        ErrorKind::Authentication,
+        &["SCRAM-SHA-512", "invalid credentials"],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn records_flow_over_sasl_ssl_with_an_oauthbearer_token() -> anyhow::Result<()> {
+    let token = worker_core::kafka::test_util::unsecured_jwt("worker", Duration::from_secs(600));
+    let sasl = SaslConfig::oauthbearer(TokenSource::Static(token.into()));
+    consume(
+        &env("KAFKA_SASL_SSL_BOOTSTRAP")?,
+        Security::sasl_ssl(sasl, ca()?),
+        20,
+    )
+    .await
+}
+
+/// A loopback OIDC token endpoint (client-credentials grant) issuing unsecured JWTs that live
+/// `lifetime`; counts the tokens it issued.
+struct TokenEndpoint {
+    url: String,
+    issued: Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TokenEndpoint {
+    async fn start(lifetime: Duration) -> anyhow::Result<Self> {
+        use axum::routing::post;
+        let issued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = issued.clone();
+        let app = axum::Router::new().route(
+            "/token",
+            post(move |body: String| {
+                let count = count.clone();
+                async move {
+                    assert!(body.contains("grant_type=client_credentials"), "{body}");
+                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let token = worker_core::kafka::test_util::unsecured_jwt("worker", lifetime);
+                    axum::Json(serde_json::json!({
+                        "access_token": token,
+                        "token_type": "Bearer",
+                        "expires_in": lifetime.as_secs(),
+                    }))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}/token", listener.local_addr()?);
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self { url, issued, task })
+    }
+}
+
+/// OAUTHBEARER through the client-credentials grant, with tokens that live 15 s on a broker that
+/// limits sessions to 10 s: the worker fetches fresh tokens as they age and authenticates its
+/// connections again with them; nothing is lost or delivered twice over 25 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauthbearer_tokens_from_a_token_endpoint_are_renewed_and_sessions_reauthenticated()
+-> anyhow::Result<()> {
+    const RECORDS: usize = 10;
+    let endpoint = TokenEndpoint::start(Duration::from_secs(15)).await?;
+    let (topic, group) = topic_with(RECORDS).await?;
+    let admin = Admin::connect(tests::bootstrap()).await?;
+    admin
+        .set_group_config(&group, "share.record.lock.duration.ms", "3000")
+        .await?;
+    let sasl = SaslConfig::oauthbearer(TokenSource::ClientCredentials(OidcClientCredentials::new(
+        endpoint.url.clone(),
+        "worker",
+        "client-secret",
+    )));
+    let source = KafkaSource::builder(env("KAFKA_SASL_SSL_BOOTSTRAP")?, group.clone())
+        .topic(topic.clone())
+        .security(Security::sasl_ssl(sasl, ca()?))
+        .build()
+        .await?;
+    let counts = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = counts.clone();
+    let worker = Worker::builder(source)
+        .route(
+            topic.as_str(),
+            service_fn(move |job: Job| {
+                seen.lock().expect("counts").push(job.attempt());
+                async move {
+                    tokio::time::sleep(Duration::from_secs(25)).await;
+                    Ok::<_, std::convert::Infallible>(Outcome::Accept)
+                }
+            }),
+        )
+        .concurrency(RECORDS)
+        .build()?;
+    let shutdown = worker.shutdown_handle();
+    let running = tokio::spawn(worker.run());
+    wait_for(
+        "every record accepted",
+        Duration::from_secs(90),
+        async || Ok(admin.share_group_lag(&group, &topic).await? == 0),
+    )
+    .await?;
+    shutdown.shutdown();
+    let summary = running.await??;
+    endpoint.task.abort();
+    let issued = endpoint.issued.load(std::sync::atomic::Ordering::SeqCst);
+    ensure!(
+        issued >= 2,
+        "{issued} tokens issued over 25 s of 15 s tokens"
+    );
+    ensure!(summary.accepted == RECORDS as u64, "{summary:?}");
+    ensure!(summary.ack_failures.total() == 0, "{summary:?}");
+    ensure!(summary.renewal_failures == 0, "{summary:?}");
+    let counts = counts.lock().expect("counts").clone();
+    ensure!(counts == vec![1; RECORDS], "redelivered: {counts:?}");
     Ok(())
 }

@@ -17,6 +17,7 @@
 //!
 //! ```no_run
 //! # async fn run() -> worker_core::Result<()> {
+//! use worker_core::dlq::KafkaDlqSink;
 //! use worker_core::kafka::KafkaSource;
 //! use worker_core::security::{SaslConfig, Secret, Security, TlsConfig};
 //!
@@ -24,11 +25,13 @@
 //!     SaslConfig::scram_sha512("worker", Secret::from_env("KAFKA_PASSWORD")?),
 //!     TlsConfig::ca_file("/etc/kafka/ca.pem"),
 //! );
-//! let source = KafkaSource::builder("broker-1:9093", "sms-senders")
+//! let source = KafkaSource::builder("broker-1:9094", "sms-senders")
 //!     .topic("sms")
-//!     .security(security)
+//!     .security(security.clone())
 //!     .build()
 //!     .await?;
+//! let dlq = KafkaDlqSink::builder("broker-1:9094", "sms-senders").security(security).build()?;
+//! # let _ = (source, dlq);
 //! # Ok(()) }
 //! ```
 

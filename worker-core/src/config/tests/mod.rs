@@ -8,7 +8,7 @@ mod security;
 const REFERENCE: &str = include_str!("../../../reference.toml");
 const SMS: &str = include_str!("../../../../examples/sms.toml");
 
-/// The file from the issue, verbatim.
+/// A file as a user wrote it, verbatim.
 const ISSUE: &str = r#"
 [kafka]
 bootstrap = "127.0.0.1:9092"
@@ -496,4 +496,19 @@ fn what_the_file_accepts_the_builder_accepts() {
             panic!("the builder refused a valid file: {err}\n{text}");
         }
     }
+}
+
+/// README.md shows the reference file whole: the copy there is the file itself.
+#[test]
+fn the_readme_shows_the_reference_file_as_it_is() {
+    let readme = include_str!("../../../../README.md");
+    let block = readme
+        .split("```toml\n")
+        .find(|block| block.starts_with("# share-worker configuration: every key"))
+        .and_then(|block| block.split("```").next())
+        .expect("README.md shows the reference file in a ```toml block");
+    assert!(
+        block == REFERENCE,
+        "README.md's copy of reference.toml differs from the file: copy the file into it"
+    );
 }
