@@ -6,9 +6,13 @@
 //!   (dead-lettered).
 //! - [`webhook`]: a webhook notifier written as a plain async fn wrapped in tower layers (a timeout
 //!   and a rate limit); an endpoint that hangs is cut off by the timeout and retried.
+//! - [`secured`]: a notification worker on a secured cluster (TLS, SASL), configured from
+//!   environment variables; the source and the dead-letter sink share one security setting.
 //!
-//! Both simulate their remote service in-process so they run anywhere the local broker runs.
+//! The SMS and webhook examples simulate their remote service in-process so they run anywhere the
+//! local broker runs.
 
+pub mod secured;
 pub mod sms;
 pub mod webhook;
 

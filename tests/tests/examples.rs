@@ -175,3 +175,54 @@ async fn the_webhook_notifier_delivers_every_event_and_times_out_hung_endpoints(
     assert_eq!(dead_letters(&topic, expected.len()).await?, expected);
     Ok(())
 }
+
+/// The secured notifier over the broker's SASL_SSL listener with SCRAM-SHA-512, configured the way
+/// a deployment configures it (the `KAFKA_*` variables): every notification handled, the
+/// undeliverable ones dead-lettered over the same secured connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_secured_notifier_runs_over_sasl_ssl_from_its_variables() -> anyhow::Result<()> {
+    use examples::secured::{Connection, worker};
+    let env = |name: &str| {
+        std::env::var(name).with_context(|| {
+            format!(
+                "{name} is not set: run `eval \"$(scripts/kafka.sh env)\"` (scripts/test.sh does)"
+            )
+        })
+    };
+    let vars = std::collections::HashMap::from([
+        ("KAFKA_BOOTSTRAP", env("KAFKA_SASL_SSL_BOOTSTRAP")?),
+        ("KAFKA_SECURITY_PROTOCOL", "sasl_ssl".to_owned()),
+        ("KAFKA_TLS_CA_FILE", env("KAFKA_TLS_CA_FILE")?),
+        ("KAFKA_SASL_MECHANISM", "SCRAM-SHA-512".to_owned()),
+        ("KAFKA_SASL_USERNAME", env("KAFKA_SASL_USERNAME")?),
+        ("KAFKA_SASL_PASSWORD", env("KAFKA_SASL_PASSWORD")?),
+    ]);
+    let connection =
+        Connection::from_vars(|name| vars.get(name).cloned()).map_err(anyhow::Error::msg)?;
+    let payloads: Vec<String> = (0..100)
+        .map(|i| {
+            if i % 10 == 3 {
+                "undeliverable".to_owned()
+            } else {
+                format!("notification {i}")
+            }
+        })
+        .collect();
+    let (admin, topic, group) = prepared("secured", &payloads).await?;
+    let worker = worker(&connection, &group, &topic).await?;
+    let summary =
+        run_until_drained(worker, &admin, &group, &topic, Duration::from_secs(60)).await?;
+    assert_eq!(summary.accepted, 90, "{summary:?}");
+    assert_eq!(summary.rejected, 10, "{summary:?}");
+    let expected: BTreeSet<(i64, String)> = (0..10)
+        .map(|i| (i * 10 + 3, "rejected".to_owned()))
+        .collect();
+    assert_eq!(dead_letters(&topic, expected.len()).await?, expected);
+    let refused = Connection::from_vars(|name| match name {
+        "KAFKA_BOOTSTRAP" => Some("127.0.0.1:1".to_owned()),
+        _ => None,
+    })
+    .expect_err("sasl_ssl needs a user");
+    assert_eq!(refused, "KAFKA_SASL_USERNAME is not set");
+    Ok(())
+}
