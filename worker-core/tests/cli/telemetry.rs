@@ -364,3 +364,92 @@ async fn spans_and_metrics_reach_an_otlp_collector_and_dead_letters_keep_the_tra
     collector.abort();
     server.abort();
 }
+
+/// A worker whose process is frozen for 2.5 s (SIGSTOP: every thread stops, as when every runtime
+/// thread is blocked) with records in flight under a 1 s lock: once it runs again, `/healthz`
+/// still answers 200 but names the stall and how late the loop was, and
+/// `share_worker_dispatcher_stalls_total` counts it.
+#[tokio::test]
+async fn a_frozen_worker_reports_the_stall_in_healthz_and_metrics() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-stall");
+    let group = unique("cli-stall-group");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let text_cfg = config(&group, &topic, "handler = \"noop\"\ndelay = \"20s\"")
+        .replace("lock-duration = \"20s\"", "lock-duration = \"1s\"")
+        .replace(
+            "[dlq]",
+            &format!("[telemetry]\nlisten = \"127.0.0.1:{port}\"\n\n[dlq]"),
+        );
+    let cfg = scratch.write("worker.toml", &text_cfg);
+    let cfg = cfg.to_str().unwrap();
+    setup_and_produce(&scratch, cfg, &topic, 1, &["a", "b"], &[]).await;
+
+    let mut child = Command::new(BIN)
+        .args(["run", "--config", cfg])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting share-worker run");
+    let pid = child.id().expect("a running child").to_string();
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let samples = parse_prometheus(&wait_ok(&format!("{base}/metrics")).await);
+        if metric(&samples, "share_worker_records_in_flight", &[]).unwrap_or(0.0) >= 2.0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the records never came"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(wait_ok(&format!("{base}/healthz")).await, "ok\n");
+
+    let signal = |sig: &str| {
+        let status = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    // The stimulus: the whole process stays frozen this long.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    signal("-CONT");
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let body = loop {
+        let body = wait_ok(&format!("{base}/healthz")).await;
+        if body.contains("dispatcher stalls") {
+            break body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "healthz never named the stall: {body:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(body.starts_with("ok\ndispatcher stalls: "), "{body:?}");
+    assert!(
+        body.contains("late: something blocked every runtime thread"),
+        "{body:?}"
+    );
+    let samples = parse_prometheus(&wait_ok(&format!("{base}/metrics")).await);
+    let stalls = metric(&samples, "share_worker_dispatcher_stalls_total", &[]).unwrap_or(0.0);
+    assert!(stalls >= 1.0, "{stalls} stalls counted");
+    let late = metric(
+        &samples,
+        "share_worker_dispatcher_lateness_seconds_sum",
+        &[],
+    )
+    .expect("the lateness histogram");
+    assert!(late >= 1.0, "late by {late} s");
+    child.kill().await.expect("stopping the worker");
+}
