@@ -115,8 +115,8 @@ pub(crate) enum Fact {
     Unrouted,
     /// Sent down the dead-letter path; `sink` false: rejected at once for want of a sink.
     DeadLettered { reason: DlqReason, sink: bool },
-    /// Its handler ended with this outcome label (`accept`, `retry`, ..., `panic`, `timeout`).
-    Completed(&'static str),
+    /// Its handler ended this way.
+    Completed(Ending),
     /// The outcome came after its lock was lost: dropped, the record may run again.
     LateOutcomeDropped,
     /// Accepted.
@@ -145,6 +145,42 @@ pub(crate) enum Fact {
         kind: AckKind,
         failed: Option<AckError>,
     },
+}
+
+/// How a handler call ended, for reports: the kind of its outcome, or a panic or the job timeout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ending {
+    Accept,
+    Retry,
+    Reject,
+    Undecodable,
+    Panic,
+    Timeout,
+}
+
+impl Ending {
+    fn of(outcome: &Outcome, cause: Cause) -> Self {
+        match (cause, outcome) {
+            (Cause::Panic, _) => Ending::Panic,
+            (Cause::Timeout, _) => Ending::Timeout,
+            (Cause::Handler, Outcome::Accept) => Ending::Accept,
+            (Cause::Handler, Outcome::Retry { .. }) => Ending::Retry,
+            (Cause::Handler, Outcome::Reject { .. }) => Ending::Reject,
+            (Cause::Handler, Outcome::Undecodable { .. }) => Ending::Undecodable,
+        }
+    }
+
+    /// The label in metrics and spans.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Ending::Accept => "accept",
+            Ending::Retry => "retry",
+            Ending::Reject => "reject",
+            Ending::Undecodable => "undecodable",
+            Ending::Panic => "panic",
+            Ending::Timeout => "timeout",
+        }
+    }
 }
 
 /// A phase without its data, for reports.
@@ -342,15 +378,11 @@ impl<T: Copy + Add<Duration, Output = T>> Life<T> {
     }
 
     fn finished(&mut self, outcome: &Outcome, cause: Cause, rules: Rules<'_, T>) -> Step {
-        let label = match cause {
-            Cause::Handler => outcome.as_str(),
-            Cause::Panic => "panic",
-            Cause::Timeout => "timeout",
-        };
+        let ending = Ending::of(outcome, cause);
         if self.lost {
             return Step::default()
                 .effect(Effect::Forget)
-                .fact(Fact::Completed(label))
+                .fact(Fact::Completed(ending))
                 .fact(Fact::LateOutcomeDropped)
                 .fact(Fact::PossibleDuplicate);
         }
@@ -363,8 +395,8 @@ impl<T: Copy + Add<Duration, Output = T>> Life<T> {
                 self.dead_letter(reason, error, rules)
             }
         };
-        let step = step.fact(Fact::Completed(label));
-        if matches!(outcome, Outcome::Reject { .. }) {
+        let step = step.fact(Fact::Completed(ending));
+        if ending == Ending::Reject {
             step.fact(Fact::RejectedByHandler)
         } else {
             step

@@ -10,7 +10,7 @@ use tracing::Span;
 use crate::source::{Delivery, DeliveryId};
 use crate::telemetry::metrics::Metrics;
 
-use super::lifecycle::{Effect, Event, Fact, PhaseKind, Step};
+use super::lifecycle::{Effect, Ending, Event, Fact, PhaseKind, Step};
 use super::summary::Summary;
 
 /// What one record step is reported against.
@@ -122,14 +122,14 @@ impl Observer {
                         tracing::error!(parent: span, record = %id, reason = reason.as_str(), error, "no dead-letter sink configured: REJECTING the record, the broker archives it and its payload is kept nowhere");
                     }
                 }
-                Fact::Completed(label) => {
-                    match *label {
-                        "panic" => self.summary.panicked += 1,
-                        "timeout" => self.summary.timed_out += 1,
+                Fact::Completed(ending) => {
+                    match ending {
+                        Ending::Panic => self.summary.panicked += 1,
+                        Ending::Timeout => self.summary.timed_out += 1,
                         _ => {}
                     }
-                    self.metrics.completed(topic, label, took);
-                    record_outcome(span, label);
+                    self.metrics.completed(topic, ending.as_str(), took);
+                    record_outcome(span, ending.as_str());
                     span.record(
                         "share_worker.handler_ms",
                         i64::try_from(took.as_millis()).unwrap_or(i64::MAX),

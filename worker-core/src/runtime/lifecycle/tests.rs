@@ -186,20 +186,20 @@ fn outcomes_follow_the_policy() {
     let (phase, e, f) = finished(&Outcome::Accept, Cause::Handler, 1);
     assert_eq!(phase, Phase::Acking(AckKind::Accept));
     assert_eq!(e, vec![Effect::Acknowledge(AckKind::Accept)]);
-    assert_eq!(f, vec![Fact::Accepted, Fact::Completed("accept")]);
+    assert_eq!(f, vec![Fact::Accepted, Fact::Completed(Ending::Accept)]);
     // A retry below the last attempt is held for its backoff (1 s after attempt 1).
     let (phase, e, f) = finished(&Outcome::retry("503"), Cause::Handler, 1);
     assert_eq!(phase, Phase::Held { until: Ms(2_000) });
     assert_eq!(e, vec![Effect::Hold]);
     assert_eq!(
         f,
-        vec![Fact::HoldStarted, Fact::Retried, Fact::Completed("retry")]
+        vec![Fact::HoldStarted, Fact::Retried, Fact::Completed(Ending::Retry)]
     );
     // On the last attempt it goes to the sink, with the cause as reason.
     for (cause, reason, label) in [
-        (Cause::Handler, DlqReason::HandlerError, "retry"),
-        (Cause::Panic, DlqReason::Panic, "panic"),
-        (Cause::Timeout, DlqReason::Timeout, "timeout"),
+        (Cause::Handler, DlqReason::HandlerError, Ending::Retry),
+        (Cause::Panic, DlqReason::Panic, Ending::Panic),
+        (Cause::Timeout, DlqReason::Timeout, Ending::Timeout),
     ] {
         let (phase, e, f) = finished(&Outcome::retry("boom"), cause, 3);
         assert_eq!(phase, Phase::DeadLettering(reason));
@@ -299,7 +299,7 @@ fn a_late_outcome_after_a_lost_lock_is_dropped() {
     assert_eq!(
         facts(&s),
         vec![
-            Fact::Completed("accept"),
+            Fact::Completed(Ending::Accept),
             Fact::LateOutcomeDropped,
             Fact::PossibleDuplicate
         ]
