@@ -12,8 +12,8 @@ use uuid::Uuid;
 
 use super::ack_queue::PendingAck;
 use super::acks::{RENEW, wire_type};
-use super::cluster::Cluster;
 use super::admin::Admin;
+use super::cluster::Cluster;
 use super::config::{KafkaConfig, OffsetReset};
 use super::connection::ConnectOptions;
 use super::membership::{self, MemberSpec, MemberState};
