@@ -20,7 +20,8 @@
 //! the handler task (no await, no sleep, no `spawn_blocking`): they spin until the thread's own CPU
 //! clock (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`) has advanced by `US` µs, so time the thread is
 //! preempted does not count. The Java contenders' `cpu:US` is the same loop on
-//! `ThreadMXBean.getCurrentThreadCpuTime()`.
+//! `ThreadMXBean.getCurrentThreadCpuTime()`. That clock has no vDSO fast path, so most of the burn
+//! is system time spent reading it (in both contenders).
 //!
 //! `--worker-threads T` builds the tokio multi-thread runtime with `T` worker threads; without it the
 //! runtime is what `#[tokio::main]` builds (one worker thread per core, or `TOKIO_WORKER_THREADS`).
