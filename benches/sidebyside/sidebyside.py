@@ -8,7 +8,7 @@ group's lag is 0 on every partition (Admin listShareGroupOffsets, the call behin
 Wall time runs from the contender's spawn to lag 0; CPU seconds and peak RSS come from the
 contender's rusage (wait4), so they cover the whole process tree the driver waited for.
 
-Usage: benches/sidebyside/run.sh [--quick] [--runs N] [--only SUBSTRING] [--out FILE] [--keep]
+Usage: benches/sidebyside/run.sh [--quick] [--runs N] [--only SUBSTRING|SECTION] [--out FILE] [--keep]
 Environment: OURS_CMD (our worker; see README.md) and OURS_NAME (its label in the table);
 KAFKA_VERSION (default 4.2.2: the clients and tools; the broker at BOOTSTRAP is assumed to run it);
 BOOTSTRAP (default 127.0.0.1:9092); JAVA_OPTS (contender JVMs; default -Xms64m -Xmx512m).
@@ -20,6 +20,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shlex
 import signal
 import statistics
@@ -68,7 +69,7 @@ class Contender:
 
 @dataclass
 class Scenario:
-    section: str  # "noop" | "slow" | "heavy" | "latency" | "rss" | "renew"
+    section: str  # "noop" | "slow" | "heavy" | "cpu" | "latency" | "rss" | "renew"
     name: str
     topic: Topic
     handler: str
@@ -102,6 +103,11 @@ class Result:
     last_lag: object = None  # windowed runs: the lag when the window ended
     last_lag_s: float = float("nan")
     rss_now_kib: int = 0  # rss: VmRSS while the handlers are parked
+    # The whole machine from the broker's first lag to lag 0, the steady span (/proc): busy CPU
+    # seconds of every process, the contender's own share of them, and the others that used the most.
+    machine_busy_s: float = float("nan")
+    own_busy_s: float = float("nan")
+    others: list = field(default_factory=list)  # [(label, CPU s)], most first
 
 
 def say(msg):
@@ -184,6 +190,21 @@ def scenarios(quick):
                         Topic(4, 100, heavy_count), "heavy:20:2000:5", 100,
                         0.95 * 20 + 0.05 * 2000, [java_k(100), ours]))
 
+    # CPU-bound handler: 200 µs of the handler thread's CPU per record, spun synchronously on the
+    # thread that runs the handler. Ours on a 1- and a 2-thread runtime (the machine's 2 cores), the
+    # worker run as a task on the runtime (so the runtime's threads are all the threads that work),
+    # against the Java loop with 2 threads, each its own consumer, 2 x max.poll.records = N. Two
+    # concurrencies: the broker's CPU per record (which shares the 2 cores) depends on the fetch size.
+    cpu_us = 200
+    ours_cpu = [Contender(f"{ours.name}, {t} runtime thread{'s' if t > 1 else ''}", ours.ack, "ours", threads=t,
+                          extra=("--worker-threads", str(t), "--run-as-task")) for t in (1, 2)]
+    for n in (64, 500):
+        java_cpu = Contender(f"Java 2 threads x {n // 2} records", "explicit, per record", "java-explicit",
+                             threads=2, max_poll_records=n // 2, acquire_mode="record_limit")
+        out.append(Scenario("cpu", f"CPU-bound, {cpu_us} µs of CPU per record, N={n}, P=4, 100 B",
+                            Topic(4, 100, 30_000 if quick else 100_000), f"cpu:{cpu_us}", n, cpu_us / 1000,
+                            [*ours_cpu, java_cpu]))
+
     # End-to-end latency at a fixed produce rate, below either contender's saturation: a fresh
     # empty topic per run, the contender joins, then ProducerPerformance produces at RATE for SECONDS.
     rate, secs = 2_000, (10 if quick else 60)
@@ -247,6 +268,68 @@ def contender_command(c, sc, group, bootstrap, java_cp, tools_cp, java_opts, our
     raise ValueError(c.kind)
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+JAVA_MAIN = re.compile(r"^[A-Za-z_][\w]*(\.[\w$]+)+$")
+
+
+def machine_busy():
+    """Busy CPU seconds of the whole machine since boot, every core (/proc/stat: all but idle, iowait)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    return (sum(ticks) - ticks[3] - ticks[4]) / CLK_TCK
+
+
+def process_label(argv):
+    name = os.path.basename(argv[0].decode(errors="replace")) if argv and argv[0] else "?"
+    args = [a.decode(errors="replace") for a in argv[1:] if a]
+    if name == "java":  # the main class: the broker is kafka.Kafka, the judge BrokerJudge
+        main = next((a for a in args if JAVA_MAIN.match(a)), "")
+        return f"java {main}".strip()
+    if name == "rustc" and "--crate-name" in args[:-1]:
+        return f"rustc {args[args.index('--crate-name') + 1]}"
+    return " ".join([name, *args[:1]])[:60]
+
+
+def process_cpu():
+    """{pid: (label, CPU seconds so far)} for every process now (/proc/PID/stat utime + stime)."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()  # fields[0] is field 3 (state) of proc(5)
+        out[int(pid)] = (process_label(argv), (int(fields[11]) + int(fields[12])) / CLK_TCK)
+    return out
+
+
+def machine_snapshot():
+    return machine_busy(), process_cpu()
+
+
+def machine_usage(res, before, pid, own_cpu_s=None):
+    """Fills res.machine_busy_s / own_busy_s / others from `before` (machine_snapshot()) to now.
+    own_cpu_s: the contender's CPU so far when it has already exited (its rusage), else from /proc."""
+    busy0, procs0 = before
+    busy1, procs1 = machine_snapshot()
+    res.machine_busy_s = busy1 - busy0
+    by_label = {}
+    for p, (label, cpu) in procs1.items():
+        delta = cpu - procs0.get(p, (label, 0.0))[1]
+        if p == pid:
+            res.own_busy_s = delta
+        elif delta >= 0.05:
+            by_label[label] = by_label.get(label, 0.0) + delta
+    if own_cpu_s is not None:
+        res.own_busy_s = own_cpu_s - procs0.get(pid, ("", 0.0))[1]
+    res.others = sorted(((k, round(v, 2)) for k, v in by_label.items()), key=lambda kv: -kv[1])[:6]
+
+
 def run_one(judge, c, sc, run, warmup, ctx):
     group = f"sbs-{ctx['session']}-{c.kind}-t{c.threads}-{slug(sc.name)}-r{run}"
     ctx["groups"].append(group)
@@ -262,6 +345,7 @@ def run_one(judge, c, sc, run, warmup, ctx):
     with open(log_path, "w") as log:
         log.write(" ".join(shlex.quote(a) for a in cmd) + "\n")
         log.flush()
+        before = None  # machine_snapshot() at the first reported lag
         start = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, start_new_session=True,
                                 text=True)
@@ -279,6 +363,8 @@ def run_one(judge, c, sc, run, warmup, ctx):
             now = time.monotonic()
             if lag is not None and res.first_lag is None:
                 res.first_lag, res.first_lag_s = lag, now - start
+                if lag:
+                    before = machine_snapshot()
             if lag == 0:
                 done_at = now
                 break
@@ -295,6 +381,9 @@ def run_one(judge, c, sc, run, warmup, ctx):
                     res.note = f"exited before lag 0 (lag {lag})"
                     break
             time.sleep(ctx["poll_s"])
+        if before is not None:
+            machine_usage(res, before, proc.pid,
+                          None if status is None else rusage.ru_utime + rusage.ru_stime)
         if done_at is not None:
             res.lag_zero = True
             res.wall_s = done_at - start
@@ -500,7 +589,7 @@ def steady(r):
 
 
 def slug(text):
-    keep = "".join(ch if ch.isalnum() else "-" for ch in text.lower())
+    keep = "".join(ch if ch.isascii() and ch.isalnum() else "-" for ch in text.lower())
     return "-".join(filter(None, keep.split("-")))[:40]
 
 
@@ -537,6 +626,117 @@ def fmt_range(values, fmt="{:.0f}"):
     if len(values) == 1:
         return fmt.format(med)
     return f"{fmt.format(med)} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+
+
+def span(r):
+    """The steady span: the broker's first reported lag → lag 0 (NaN when not measured)."""
+    if not r.lag_zero or r.machine_busy_s != r.machine_busy_s:
+        return float("nan")
+    return r.wall_s - r.first_lag_s
+
+
+def cpu_section(lines, scs, kept, ours_available, cell, check):
+    """CPU-bound handler: records/s and CPU of ours on 1 and 2 runtime threads and of the Java loop
+    with 2 threads, and ours-2 / ours-1 and ours-2 / Java, each taken per round (same run)."""
+    if not scs:
+        return
+    lines.append("## CPU-bound handler: does handler work use every core?")
+    lines.append("")
+    lines.append("`cpu:US`: each record's handler spins on the thread that runs it, synchronously (no await, no "
+                 "sleep), until that thread's own CPU clock has advanced by US µs (ours: "
+                 "`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`; Java: `ThreadMXBean.getCurrentThreadCpuTime()`, the "
+                 "same clock on Linux), so N records cost N × US CPU seconds of handler work whatever else runs. "
+                 "share-worker: concurrency N, `--worker-threads T` = the tokio runtime's worker threads, "
+                 "`--run-as-task` = the worker runs as a task on that runtime (`tokio::spawn(worker.run())`), so "
+                 "handlers, the dispatcher and the Kafka session all run on those T threads and nothing of ours runs "
+                 "elsewhere (under plain `#[tokio::main]` the dispatcher runs on the main thread in `block_on`: "
+                 "T + 1 threads). Java: `ExplicitAckLoop --threads 2`, two `KafkaShareConsumer`s each on its own "
+                 "thread, `share.acquire.mode=record_limit`, `max.poll.records` = N ÷ 2 (2 × N/2 = our concurrency "
+                 "N: at most N records held at once by either); its consumers' network threads and the JIT come on "
+                 "top. N = 64 and N = 500: the broker's CPU per record (on the same cores) falls with the fetch "
+                 "size. "
+                 "The broker, the judge JVM, the driver and anything else running on the machine share the same "
+                 "cores: \"cores busy\" = the contender's CPU over the steady span (the broker's first lag → lag 0) "
+                 "÷ that span (`/proc/PID/stat`), \"others' cores\" = every other process's over the same span "
+                 "(`/proc/stat`), listed below the table. CPU s = the whole run's rusage (start-up and close "
+                 "included). Ratios use the steady rate and pair runs of the same round.")
+    lines.append("")
+    lines.append("| scenario | contender | threads | records/s spawn → lag 0 | steady records/s | CPU s "
+                 "| handler CPU s | cores busy | others' cores | CPU s / 1M records | peak RSS MiB | handled "
+                 "| broker lag 0 |")
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    ratios = []
+    for sc in scs:
+        per_us = float(sc.handler.split(":")[1])
+        for c in sc.contenders:
+            if c.kind == "ours" and not ours_available:
+                lines.append(f"| {sc.name} | {c.name} | not yet available (set OURS_CMD) |" + " |" * 10)
+                continue
+            threads = (lambda r: r.report["worker_threads"]) if c.kind == "ours" else (lambda r: r.report["threads"])
+            lines.append(
+                f"| {sc.name} | {c.name} | {cell(sc.name, c.name, lambda r, t=threads: t(r))} | "
+                f"{cell(sc.name, c.name, lambda r: r.records / r.wall_s)} | "
+                f"{cell(sc.name, c.name, steady)} | {cell(sc.name, c.name, lambda r: r.cpu_s, '{:.1f}')} | "
+                f"{sc.topic.records * per_us / 1e6:.1f} | "
+                f"{cell(sc.name, c.name, lambda r: r.own_busy_s / span(r), '{:.2f}')} | "
+                f"{cell(sc.name, c.name, lambda r: (r.machine_busy_s - r.own_busy_s) / span(r), '{:.2f}')} | "
+                f"{cell(sc.name, c.name, lambda r: r.cpu_s / r.records * 1e6, '{:.0f}')} | "
+                f"{cell(sc.name, c.name, lambda r: r.rss_kib / 1024)} | "
+                f"{cell(sc.name, c.name, lambda r: r.report.get('records', float('nan')))} | "
+                f"{check(sc.name, c.name)} |")
+        ours = [c for c in sc.contenders if c.kind == "ours"]
+        java = [c for c in sc.contenders if c.kind != "ours"]
+        if not ours_available or len(ours) < 2:
+            continue
+        one, two = sorted(ours, key=lambda c: c.threads)[:2]
+
+        def paired(a, b):
+            out = []
+            for run in sorted({r.run for r in kept}):
+                ra = [steady(r) for r in kept if r.scenario == sc.name and r.contender == a.name and r.run == run]
+                rb = [steady(r) for r in kept if r.scenario == sc.name and r.contender == b.name and r.run == run]
+                if ra and rb and rb[0] == rb[0] and rb[0] > 0:
+                    out.append(ra[0] / rb[0])
+            return out
+        ratios.append((sc, f"{two.name} ÷ {one.name}", paired(two, one), "target ≥ 1.8"))
+
+        def ceiling():
+            # What ours-2 ÷ ours-1 can be at most on this machine when both cost the same CPU per
+            # record: the cores the other processes left ours while ours-2 ran ÷ the cores ours-1
+            # used (one, if its thread was busy all along).
+            out = []
+            for run in sorted({r.run for r in kept}):
+                ra = [r for r in kept if r.scenario == sc.name and r.contender == two.name and r.run == run]
+                rb = [r for r in kept if r.scenario == sc.name and r.contender == one.name and r.run == run]
+                if ra and rb and span(ra[0]) > 0 and span(rb[0]) > 0 and rb[0].own_busy_s > 0:
+                    left = os.cpu_count() - (ra[0].machine_busy_s - ra[0].own_busy_s) / span(ra[0])
+                    out.append(left / (rb[0].own_busy_s / span(rb[0])))
+            return out
+        ratios.append((sc, f"ceiling (estimate): ({os.cpu_count()} − others' cores while {two.name} ran) ÷ "
+                           f"cores busy of {one.name}", ceiling(), "–"))
+        for j in java:
+            ratios.append((sc, f"{two.name} ÷ {j.name}", paired(two, j), "target ≥ 1"))
+    lines.append("")
+    for sc in scs:
+        for c in sc.contenders:
+            rs = [r for r in kept if r.scenario == sc.name and r.contender == c.name and span(r) == span(r)]
+            if not rs:
+                continue
+            wall = sum(span(r) for r in rs)
+            total = {}
+            for r in rs:
+                for label, cpu in r.others:
+                    total[label] = total.get(label, 0.0) + cpu
+            top = sorted(total.items(), key=lambda kv: -kv[1])[:4]
+            lines.append(f"- others while {c.name} ran (cores, mean over its runs): "
+                         + (", ".join(f"`{label}` {cpu / wall:.2f}" for label, cpu in top) or "none"))
+    if ratios:
+        lines.append("")
+        lines.append("| scenario | ratio of steady records/s | per round: median (min–max) | target |")
+        lines.append("|---|---|---:|---|")
+        for sc, label, values, target in ratios:
+            lines.append(f"| {sc.name} | {label} | {fmt_range(values, '{:.2f}')} | {target} |")
+    lines.append("")
 
 
 def write_report(path, ctx, scs, results, broker_check, ours_available):
@@ -615,6 +815,7 @@ def write_report(path, ctx, scs, results, broker_check, ours_available):
             " % of limit | handled | broker lag 0 |", "---:|---:|---|", efficiency)
     section("heavy", "Heavy-tailed handler",
             " handled | broker lag 0 |", "---:|---|", lambda sc: [])
+    cpu_section(lines, [sc for sc in scs if sc.section == "cpu"], kept, ours_available, cell, check)
 
     def runs_of(scenario, contender):
         return [r for r in kept if r.scenario == scenario and r.contender == contender]
@@ -754,7 +955,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small record counts, 1 run (a few minutes)")
     ap.add_argument("--runs", type=int, help="interleaved runs per figure (default 3; --quick: 1)")
-    ap.add_argument("--only", help="run only scenarios whose name contains this")
+    ap.add_argument("--only", help="run only scenarios whose name contains this (case-insensitive) "
+                                   "or of this section (noop, slow, heavy, cpu, latency, rss, renew)")
     ap.add_argument("--out", help="Markdown output (default benches/sidebyside/results/<quick|full>.md)")
     ap.add_argument("--keep", action="store_true", help="keep the topics and groups afterwards")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run before giving up")
@@ -791,7 +993,8 @@ def main():
                date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                timeout_s=args.timeout or (300 if quick else 1800))
 
-    scs = [s for s in scenarios(quick) if not args.only or args.only in s.name]
+    scs = [s for s in scenarios(quick)
+           if not args.only or args.only.lower() in s.name.lower() or args.only == s.section]
     if not scs:
         raise SystemExit(f"no scenario matches --only {args.only!r}")
 

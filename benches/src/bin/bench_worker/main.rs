@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! bench_worker --bootstrap-server HOST:PORT --topic T --group G --records N --concurrency C
-//!              --handler noop|sleep:MS|heavy:FAST:SLOW:PCT|park
+//!              --handler noop|sleep:MS|heavy:FAST:SLOW:PCT|cpu:US|park
 //!              [--latency] [--profile] [--shutdown-grace-ms MS] [--max-poll-records M] [--max-wait-ms MS]
+//!              [--worker-threads T] [--run-as-task]
 //! ```
 //!
 //! Joins group `G` on `T`, runs `C` handlers at once and ACCEPTs each record when its handler
@@ -14,6 +15,21 @@
 //! redeliveries, lock durations and renewals, and with `--latency` measures produce time → the
 //! broker's answer to each ACCEPT. `park` handlers never finish: once `C` handlers are running the
 //! worker prints `{"parked":C}` on stdout (the driver then reads its RSS) and waits for SIGTERM.
+//!
+//! `cpu:US` handlers burn `US` µs of CPU per record, synchronously, on the runtime thread that runs
+//! the handler task (no await, no sleep, no `spawn_blocking`): they spin until the thread's own CPU
+//! clock (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`) has advanced by `US` µs, so time the thread is
+//! preempted does not count. The Java contenders' `cpu:US` is the same loop on
+//! `ThreadMXBean.getCurrentThreadCpuTime()`. That clock has no vDSO fast path, so most of the burn
+//! is system time spent reading it (in both contenders).
+//!
+//! `--worker-threads T` builds the tokio multi-thread runtime with `T` worker threads; without it the
+//! runtime is what `#[tokio::main]` builds (one worker thread per core, or `TOKIO_WORKER_THREADS`).
+//! The summary's `worker_threads` is the count the runtime runs with. Like `#[tokio::main]`, the
+//! worker's own future (and with it the dispatcher, which `Worker::run` polls inline) runs on the
+//! main thread inside `block_on`, so the process works on T + 1 threads; `--run-as-task` runs it as
+//! a task on the runtime (`tokio::spawn(worker.run())`) instead, so every thread that works is one
+//! of the T runtime threads.
 
 mod source;
 
@@ -24,6 +40,7 @@ use std::time::{Duration, Instant};
 
 use std::io::Write;
 
+use nix::time::ClockId;
 use tower::service_fn;
 use worker_core::kafka::KafkaSource;
 use worker_core::{Job, Outcome, Worker};
@@ -43,6 +60,8 @@ enum Handler {
         slow: Duration,
         pct: u64,
     },
+    /// Burns this much of the handler thread's CPU time per record, synchronously ([`burn_cpu`]).
+    Cpu(Duration),
 }
 
 impl Handler {
@@ -57,6 +76,9 @@ impl Handler {
             ["noop"] => Ok(Handler::Noop),
             ["park"] => Ok(Handler::Park),
             ["sleep", delay] => Ok(Handler::Sleep(ms(delay)?)),
+            ["cpu", us] => Ok(Handler::Cpu(Duration::from_micros(us.parse().map_err(
+                |_| format!("--handler {spec}: {us:?} is not a number of microseconds"),
+            )?))),
             ["heavy", fast, slow, pct] => Ok(Handler::Heavy {
                 fast: ms(fast)?,
                 slow: ms(slow)?,
@@ -65,7 +87,7 @@ impl Handler {
                     .map_err(|_| format!("--handler {spec}: bad percentage {pct:?}"))?,
             }),
             _ => Err(format!(
-                "--handler {spec}: expected noop, sleep:MS, heavy:FAST:SLOW:PCT or park"
+                "--handler {spec}: expected noop, sleep:MS, heavy:FAST:SLOW:PCT, cpu:US or park"
             )),
         }
     }
@@ -73,7 +95,7 @@ impl Handler {
     fn delay(self, partition: i32, offset: i64) -> Option<Duration> {
         match self {
             Handler::Noop => None,
-            Handler::Park => None,
+            Handler::Park | Handler::Cpu(_) => None,
             Handler::Sleep(delay) => Some(delay),
             Handler::Heavy { fast, slow, pct } => Some(if is_slow(partition, offset, pct) {
                 slow
@@ -81,6 +103,24 @@ impl Handler {
                 fast
             }),
         }
+    }
+}
+
+/// This thread's CPU time so far (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`).
+fn thread_cpu_time() -> Duration {
+    ClockId::CLOCK_THREAD_CPUTIME_ID
+        .now()
+        .expect("CLOCK_THREAD_CPUTIME_ID is available on Linux")
+        .into()
+}
+
+/// The `cpu:US` handler's work: spins until this thread's CPU clock has advanced by `cpu`. The
+/// thread is busy (in user space and in the clock's system call) the whole time; time it spends
+/// preempted does not count, so every record costs the same CPU whatever else runs.
+fn burn_cpu(cpu: Duration) {
+    let start = thread_cpu_time();
+    while thread_cpu_time().saturating_sub(start) < cpu {
+        std::hint::spin_loop();
     }
 }
 
@@ -111,6 +151,10 @@ struct Args {
     max_poll_records: Option<u32>,
     /// Default: the source's (500 ms).
     max_wait: Option<Duration>,
+    /// Tokio runtime worker threads. Default: tokio's (one per core).
+    worker_threads: Option<usize>,
+    /// Run the worker as a task on the runtime rather than on the main thread in `block_on`.
+    run_as_task: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -118,7 +162,8 @@ fn parse_args() -> Result<Args, String> {
     let (mut bootstrap, mut topic, mut group) = (None, None, None);
     let (mut records, mut concurrency, mut handler) = (None, 500, Handler::Noop);
     let (mut latency, mut shutdown_grace, mut profile) = (false, None, false);
-    let (mut max_poll_records, mut max_wait) = (None, None);
+    let (mut max_poll_records, mut max_wait, mut worker_threads) = (None, None, None);
+    let mut run_as_task = false;
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
@@ -154,6 +199,16 @@ fn parse_args() -> Result<Args, String> {
                         .map_err(|_| "--max-wait-ms: expected milliseconds")?,
                 ))
             }
+            "--worker-threads" => {
+                worker_threads = Some(
+                    value()?
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or("--worker-threads: expected a count > 0")?,
+                )
+            }
+            "--run-as-task" => run_as_task = true,
             "--shutdown-grace-ms" => {
                 shutdown_grace = Some(Duration::from_millis(
                     value()?
@@ -176,11 +231,12 @@ fn parse_args() -> Result<Args, String> {
         shutdown_grace,
         max_poll_records,
         max_wait,
+        worker_threads,
+        run_as_task,
     })
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let args = match parse_args() {
         Ok(args) => args,
         Err(err) => {
@@ -188,7 +244,29 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    if let Err(err) = run(args).await {
+    // What `#[tokio::main]` builds, with `--worker-threads` on top.
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if let Some(threads) = args.worker_threads {
+        runtime.worker_threads(threads);
+    }
+    let runtime = match runtime.build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("bench_worker: cannot start the tokio runtime: {err}");
+            std::process::exit(1);
+        }
+    };
+    let result = if args.run_as_task {
+        runtime.block_on(async {
+            tokio::spawn(run(args))
+                .await
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic.into_panic()))
+        })
+    } else {
+        runtime.block_on(run(args))
+    };
+    if let Err(err) = result {
         eprintln!("bench_worker: {err}");
         std::process::exit(1);
     }
@@ -220,6 +298,11 @@ async fn run(args: Args) -> worker_core::Result<()> {
                 async move {
                     if park {
                         std::future::pending::<()>().await;
+                    }
+                    if let Handler::Cpu(cpu) = handler {
+                        // Here, in the handler's task, not in `service_fn`'s closure: the closure
+                        // runs on the dispatcher.
+                        burn_cpu(cpu);
                     }
                     if let Some(delay) = delay {
                         tokio::time::sleep(delay).await;
@@ -263,9 +346,11 @@ async fn run(args: Args) -> worker_core::Result<()> {
     let summary = worker.run_until_signal().await?;
     watcher.abort();
     let elapsed = started.elapsed().as_secs_f64();
+    let worker_threads = tokio::runtime::Handle::current().metrics().num_workers();
     let min_lock = observed.min_lock_ms.load(Ordering::Relaxed);
     println!(
-        "{{\"contender\":\"share-worker\",\"records\":{},\"accepted\":{},\"elapsed_s\":{elapsed:.3},\"records_per_s\":{:.1},\"renewals\":{},\"renewal_failures\":{},\"renew_span_s\":{:.3},\"ack_failures\":{},\"fetched\":{},\"redelivered\":{},\"max_delivery_count\":{},\"lock_ms\":[{},{}],\"released_on_shutdown\":{},\"latency_basis\":\"record timestamp to the broker's answer to the ACCEPT\",\"latency_ms\":{},\"profile\":{}}}",
+        "{{\"contender\":\"share-worker\",\"worker_threads\":{worker_threads},\"run_as_task\":{},\"records\":{},\"accepted\":{},\"elapsed_s\":{elapsed:.3},\"records_per_s\":{:.1},\"renewals\":{},\"renewal_failures\":{},\"renew_span_s\":{:.3},\"ack_failures\":{},\"fetched\":{},\"redelivered\":{},\"max_delivery_count\":{},\"lock_ms\":[{},{}],\"released_on_shutdown\":{},\"latency_basis\":\"record timestamp to the broker's answer to the ACCEPT\",\"latency_ms\":{},\"profile\":{}}}",
+        args.run_as_task,
         args.records,
         summary.accepted,
         summary.accepted as f64 / elapsed.max(1e-9),
@@ -296,6 +381,15 @@ mod tests {
     }
 
     #[test]
+    fn cpu_handler_burns_this_threads_cpu_time() {
+        let (wall, cpu) = (Instant::now(), thread_cpu_time());
+        burn_cpu(Duration::from_millis(20));
+        let burnt = thread_cpu_time() - cpu;
+        assert!(burnt >= Duration::from_millis(20), "{burnt:?}");
+        assert!(wall.elapsed() >= burnt);
+    }
+
+    #[test]
     fn handler_specs_parse() {
         assert!(matches!(Handler::parse("noop"), Ok(Handler::Noop)));
         assert!(
@@ -305,6 +399,10 @@ mod tests {
             Handler::parse("heavy:20:2000:5"),
             Ok(Handler::Heavy { pct: 5, .. })
         ));
+        assert!(
+            matches!(Handler::parse("cpu:200"), Ok(Handler::Cpu(d)) if d == Duration::from_micros(200))
+        );
+        assert!(Handler::parse("cpu:x").is_err());
         assert!(Handler::parse("sleep").is_err());
         assert!(Handler::parse("heavy:1:x:5").is_err());
     }

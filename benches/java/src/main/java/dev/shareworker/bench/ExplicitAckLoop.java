@@ -34,7 +34,7 @@ import java.util.concurrent.atomic.AtomicLong;
  *
  * <pre>
  * --bootstrap-server B --topic T --group G [--records N] [--threads 1] [--max-poll-records 500]
- * [--handler noop|sleep:MS|heavy:FAST:SLOW:PCT] [--acquire-mode batch_optimized|record_limit]
+ * [--handler noop|sleep:MS|heavy:FAST:SLOW:PCT|cpu:US] [--acquire-mode batch_optimized|record_limit]
  * [--idle-timeout-ms 60000] [--label NAME] [--latency-basis acknowledge|commit] [--property k=v ...]
  * </pre>
  */

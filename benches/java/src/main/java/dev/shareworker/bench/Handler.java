@@ -1,8 +1,16 @@
 package dev.shareworker.bench;
 
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
+
 /**
  * The simulated job. Specs: {@code noop}, {@code sleep:MS}, {@code heavy:FAST_MS:SLOW_MS:SLOW_PERCENT}
- * (e.g. {@code heavy:20:2000:5} = 95% take 20 ms, 5% take 2 s).
+ * (e.g. {@code heavy:20:2000:5} = 95% take 20 ms, 5% take 2 s), {@code cpu:US}.
+ *
+ * <p>{@code cpu:US} burns US microseconds of CPU per record on the thread that runs the handler,
+ * synchronously: it spins until the thread's own CPU time ({@link ThreadMXBean#getCurrentThreadCpuTime()},
+ * on Linux {@code clock_gettime(CLOCK_THREAD_CPUTIME_ID)}) has advanced by US µs, so time the thread
+ * spends preempted does not count. Our worker's {@code cpu:US} is the same loop on the same clock.
  *
  * <p>Which records are slow is a pure function of (partition, offset), so every contender sees the
  * same slow records in the same topic.
@@ -12,12 +20,24 @@ final class Handler {
     private final long fastMs;
     private final long slowMs;
     private final int slowPercent;
+    /** {@code cpu:US}: nanoseconds of thread CPU time per record; 0 for the other handlers. */
+    private final long cpuNanos;
+    private final ThreadMXBean threads;
 
     private Handler(String spec, long fastMs, long slowMs, int slowPercent) {
+        this(spec, fastMs, slowMs, slowPercent, 0);
+    }
+
+    private Handler(String spec, long fastMs, long slowMs, int slowPercent, long cpuNanos) {
         this.spec = spec;
         this.fastMs = fastMs;
         this.slowMs = slowMs;
         this.slowPercent = slowPercent;
+        this.cpuNanos = cpuNanos;
+        this.threads = cpuNanos > 0 ? ManagementFactory.getThreadMXBean() : null;
+        if (threads != null && !threads.isCurrentThreadCpuTimeSupported()) {
+            throw new IllegalArgumentException("cpu:US needs thread CPU time, which this JVM does not support");
+        }
     }
 
     static Handler parse(String spec) {
@@ -36,8 +56,17 @@ final class Handler {
                     throw new IllegalArgumentException("heavy:FAST_MS:SLOW_MS:SLOW_PERCENT, got " + spec);
                 }
                 return new Handler(spec, Long.parseLong(parts[1]), Long.parseLong(parts[2]), Integer.parseInt(parts[3]));
+            case "cpu":
+                if (parts.length != 2) {
+                    throw new IllegalArgumentException("cpu:US, got " + spec);
+                }
+                long us = Long.parseLong(parts[1]);
+                if (us <= 0) {
+                    throw new IllegalArgumentException("cpu:US needs US > 0, got " + spec);
+                }
+                return new Handler(spec, 0, 0, 0, us * 1_000);
             default:
-                throw new IllegalArgumentException("handler must be noop, sleep:MS or heavy:FAST:SLOW:PCT, got " + spec);
+                throw new IllegalArgumentException("handler must be noop, sleep:MS, heavy:FAST:SLOW:PCT or cpu:US, got " + spec);
         }
     }
 
@@ -51,9 +80,21 @@ final class Handler {
 
     /** Runs the job for one record. */
     void handle(int partition, long offset) throws InterruptedException {
+        if (cpuNanos > 0) {
+            burnCpu();
+            return;
+        }
         long ms = durationMs(partition, offset);
         if (ms > 0) {
             Thread.sleep(ms);
+        }
+    }
+
+    /** Spins until this thread's CPU time has advanced by {@code cpuNanos}. */
+    private void burnCpu() {
+        long start = threads.getCurrentThreadCpuTime();
+        while (threads.getCurrentThreadCpuTime() - start < cpuNanos) {
+            Thread.onSpinWait();
         }
     }
 
