@@ -193,7 +193,11 @@ fn outcomes_follow_the_policy() {
     assert_eq!(e, vec![Effect::Hold]);
     assert_eq!(
         f,
-        vec![Fact::HoldStarted, Fact::Retried, Fact::Completed(Ending::Retry)]
+        vec![
+            Fact::HoldStarted,
+            Fact::Retried,
+            Fact::Completed(Ending::Retry)
+        ]
     );
     // On the last attempt it goes to the sink, with the cause as reason.
     for (cause, reason, label) in [
