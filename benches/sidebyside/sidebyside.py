@@ -11,7 +11,9 @@ contender's rusage (wait4), so they cover the whole process tree the driver wait
 Usage: benches/sidebyside/run.sh [--quick] [--runs N] [--only SUBSTRING|SECTION] [--out FILE] [--keep]
 Environment: OURS_CMD (our worker; see README.md) and OURS_NAME (its label in the table);
 KAFKA_VERSION (default 4.2.2: the clients and tools; the broker at BOOTSTRAP is assumed to run it);
-BOOTSTRAP (default 127.0.0.1:9092); JAVA_OPTS (contender JVMs; default -Xms64m -Xmx512m).
+BOOTSTRAP (default 127.0.0.1:9092); JAVA_OPTS (contender JVMs; default -Xms64m -Xmx512m);
+KAFKA_CACHE (where scripts/kafka.sh keeps the broker's jars and TLS files). The TLS rows read the
+SASL_SSL listener, the CA file, the user and the client properties file from `scripts/kafka.sh env`.
 Python 3 standard library only.
 """
 
@@ -65,11 +67,14 @@ class Contender:
     # drop (first reported lag -> last lag) over that window. 0 = run to lag 0.
     window_s: float = 0.0
     extra: tuple = ()  # more arguments for this contender's command line
+    # "plaintext" = BOOTSTRAP; "sasl_ssl" = the broker's SASL_SSL listener with SCRAM-SHA-512 and the
+    # test CA (from `scripts/kafka.sh env`). The judge and the pre-fill stay on plaintext.
+    security: str = "plaintext"
 
 
 @dataclass
 class Scenario:
-    section: str  # "noop" | "slow" | "heavy" | "cpu" | "latency" | "rss" | "renew"
+    section: str  # "noop" | "tls" | "slow" | "heavy" | "cpu" | "latency" | "rss" | "renew"
     name: str
     topic: Topic
     handler: str
@@ -180,6 +185,18 @@ def scenarios(quick):
             out.append(Scenario("noop", f"no-op, P={parts}, {size_label(size)}",
                                 Topic(parts, size, noop_counts[size]), "noop", 500, 0.0,
                                 [java1, perf, ours]))
+    # TLS: the no-op rows again, each client over plaintext and over SASL_SSL (SCRAM-SHA-512, the
+    # test CA), interleaved in one round; the same topic as the P=4, 100 B no-op row.
+    def secured(c):
+        return Contender(f"{c.name}, SASL_SSL", c.ack, c.kind, threads=c.threads,
+                         max_poll_records=c.max_poll_records, acquire_mode=c.acquire_mode,
+                         extra=c.extra, security="sasl_ssl")
+
+    def plain(c):
+        return Contender(f"{c.name}, plaintext", c.ack, c.kind, threads=c.threads,
+                         max_poll_records=c.max_poll_records, acquire_mode=c.acquire_mode, extra=c.extra)
+    out.append(Scenario("tls", "no-op over SASL_SSL vs plaintext, P=4, 100 B", Topic(4, 100, noop_counts[100]),
+                        "noop", 500, 0.0, [plain(java1), secured(java1), plain(ours), secured(ours)]))
     # Sized for the Java K-thread loops, which reach only a few % of the limit on 4.2 (see README).
     slow = {10: 200, 100: 2_000, 1000: 20_000} if quick else {10: 1_000, 100: 5_000, 1000: 60_000}
     for n, count in slow.items():
@@ -243,9 +260,23 @@ def size_label(size):
 # Running one contender
 
 
-def contender_command(c, sc, group, bootstrap, java_cp, tools_cp, java_opts, ours_cmd):
+def contender_command(c, sc, group, bootstrap, java_cp, tools_cp, java_opts, ours_cmd, secure=None):
+    """The contender's command line. `secure`: the SASL_SSL settings (ctx["secure"]), for contenders
+    with security "sasl_ssl". No secret goes on the command line (it is logged): the Java loop reads
+    the client properties file, ours the password from the environment (`contender_env`)."""
     topic = sc.topic_name
     n = sc.topic.records
+    sec_java, sec_ours = [], []
+    if c.security == "sasl_ssl":
+        if not secure:
+            raise SystemExit(f"{c.name}: no SASL_SSL settings (scripts/kafka.sh env)")
+        bootstrap = secure["KAFKA_SASL_SSL_BOOTSTRAP"]
+        sec_java = ["--command-config", secure["KAFKA_CLIENT_PROPERTIES"]]
+        sec_ours = ["--security-protocol", "sasl_ssl", "--sasl-mechanism", "SCRAM-SHA-512",
+                    "--sasl-username", secure["KAFKA_SASL_USERNAME"],
+                    "--sasl-password-env", "KAFKA_SASL_PASSWORD", "--ca-file", secure["KAFKA_TLS_CA_FILE"]]
+    elif c.security != "plaintext":
+        raise ValueError(c.security)
     if c.kind == "java-explicit":
         cmd = ["java", *java_opts, "-cp", java_cp, "dev.shareworker.bench.ExplicitAckLoop",
                "--bootstrap-server", bootstrap, "--topic", topic, "--group", group,
@@ -256,7 +287,7 @@ def contender_command(c, sc, group, bootstrap, java_cp, tools_cp, java_opts, our
                "--label", c.name]
         if c.acquire_mode:
             cmd += ["--acquire-mode", c.acquire_mode]
-        return cmd + list(c.extra)
+        return cmd + sec_java + list(c.extra)
     if c.kind == "share-perf":
         return ["java", *java_opts, "-cp", tools_cp, "org.apache.kafka.tools.ShareConsumerPerformance",
                 "--bootstrap-server", bootstrap, "--topic", topic, "--group", group,
@@ -264,8 +295,39 @@ def contender_command(c, sc, group, bootstrap, java_cp, tools_cp, java_opts, our
     if c.kind == "ours":
         return [*shlex.split(ours_cmd), "--bootstrap-server", bootstrap, "--topic", topic,
                 "--group", group, "--records", str(n), "--concurrency", str(sc.concurrency),
-                "--handler", sc.handler, *c.extra]
+                "--handler", sc.handler, *sec_ours, *c.extra]
     raise ValueError(c.kind)
+
+
+def contender_env(c, ctx):
+    """The contender's environment: the driver's, plus the SASL password for a secured contender."""
+    if c.security == "plaintext":
+        return None  # inherit
+    return dict(os.environ, KAFKA_SASL_PASSWORD=ctx["secure"]["KAFKA_SASL_PASSWORD"])
+
+
+def secure_settings(bootstrap, env):
+    """`scripts/kafka.sh env` for the broker at `bootstrap` (its port, unless KAFKA_PORT is set)."""
+    env = dict(env)
+    env.setdefault("KAFKA_PORT", bootstrap.rsplit(":", 1)[-1])
+    proc = subprocess.run([KAFKA_SH, "env"], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"scripts/kafka.sh env failed: {proc.stderr.strip()}")
+    out = {}
+    for line in proc.stdout.splitlines():
+        words = shlex.split(line)
+        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
+            key, value = words[1].split("=", 1)
+            out[key] = value
+    need = ["KAFKA_SASL_SSL_BOOTSTRAP", "KAFKA_TLS_CA_FILE", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD",
+            "KAFKA_CLIENT_PROPERTIES"]
+    missing = [k for k in need if not out.get(k)]
+    for k in ("KAFKA_TLS_CA_FILE", "KAFKA_CLIENT_PROPERTIES"):
+        if out.get(k) and not os.path.isfile(out[k]):
+            missing.append(f"{k} ({out[k]}: no such file; {proc.stderr.strip()})")
+    if missing:
+        raise SystemExit(f"scripts/kafka.sh env: missing {', '.join(missing)}")
+    return out
 
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -330,15 +392,19 @@ def machine_usage(res, before, pid, own_cpu_s=None):
     res.others = sorted(((k, round(v, 2)) for k, v in by_label.items()), key=lambda kv: -kv[1])[:6]
 
 
+def security_tag(c):
+    return "" if c.security == "plaintext" else f"-{c.security.replace('_', '')}"
+
+
 def run_one(judge, c, sc, run, warmup, ctx):
-    group = f"sbs-{ctx['session']}-{c.kind}-t{c.threads}-{slug(sc.name)}-r{run}"
+    group = f"sbs-{ctx['session']}-{c.kind}{security_tag(c)}-t{c.threads}-{slug(sc.name)}-r{run}"
     ctx["groups"].append(group)
     res = Result(sc.name, c.name, run, warmup, sc.topic.records, group=group)
     judge.ask("earliest", group)
     for key, value in sc.group_configs:
         judge.ask("group-config", group, key, value)
     cmd = contender_command(c, sc, group, ctx["bootstrap"], ctx["java_cp"], ctx["tools_cp"],
-                            ctx["java_opts"], ctx["ours_cmd"])
+                            ctx["java_opts"], ctx["ours_cmd"], ctx.get("secure"))
     log_path = os.path.join(ctx["logdir"], f"{group}.log")
     timeout = ctx["timeout_s"]
     say(f"{'warm-up' if warmup else f'run {run}'}: {c.name} on {sc.name} ({sc.topic.records} records)")
@@ -348,7 +414,7 @@ def run_one(judge, c, sc, run, warmup, ctx):
         before = None  # machine_snapshot() at the first reported lag
         start = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, start_new_session=True,
-                                text=True)
+                                text=True, env=contender_env(c, ctx))
         stdout_lines = []
         reader = threading.Thread(target=lambda: stdout_lines.extend(proc.stdout), daemon=True)
         reader.start()
@@ -446,7 +512,7 @@ def run_latency(judge, c, sc, run, warmup, ctx):
     res = Result(sc.name, c.name, run, warmup, sc.topic.records, group=group)
     judge.ask("earliest", group)
     cmd = contender_command(c, sc_run, group, ctx["bootstrap"], ctx["java_cp"], ctx["tools_cp"],
-                            ctx["java_opts"], ctx["ours_cmd"])
+                            ctx["java_opts"], ctx["ours_cmd"], ctx.get("secure"))
     say(f"{'warm-up' if warmup else f'run {run}'}: {c.name} on latency {sc.name}")
     log_path = os.path.join(ctx["logdir"], f"{group}.log")
     with open(log_path, "w") as log:
@@ -511,7 +577,7 @@ def run_rss(judge, c, sc, run, warmup, ctx):
     res = Result(sc.name, c.name, run, warmup, sc.concurrency, group=group)
     judge.ask("earliest", group)
     cmd = contender_command(c, sc, group, ctx["bootstrap"], ctx["java_cp"], ctx["tools_cp"],
-                            ctx["java_opts"], ctx["ours_cmd"])
+                            ctx["java_opts"], ctx["ours_cmd"], ctx.get("secure"))
     say(f"{'warm-up' if warmup else f'run {run}'}: {c.name} with {sc.concurrency} parked")
     with open(os.path.join(ctx["logdir"], f"{group}.log"), "w") as log:
         start = time.monotonic()
@@ -739,6 +805,86 @@ def cpu_section(lines, scs, kept, ours_available, cell, check):
     lines.append("")
 
 
+BROKER_LABEL = "java kafka.Kafka"
+
+
+def tls_section(lines, scs, kept, ours_available, cell, check, ctx):
+    """No-op over SASL_SSL vs plaintext: records/s and CPU of each client both ways, and per round the
+    throughput drop of SASL_SSL against plaintext for each client."""
+    if not scs:
+        return
+    secure = ctx.get("secure", {})
+    lines.append("## TLS: no-op handler over SASL_SSL vs plaintext")
+    lines.append("")
+    lines.append("The no-op row again (same topic, same fetch sizing: share-worker concurrency 500, the Java loop "
+                 "`max.poll.records` 500), each client once over the plaintext listener and once over the broker's "
+                 f"SASL_SSL listener ({secure.get('KAFKA_SASL_SSL_BOOTSTRAP', 'SASL_SSL')}: TLS with the test CA, "
+                 "SASL SCRAM-SHA-512; the broker has `connections.max.reauth.ms` = 10000, so a connection "
+                 "re-authenticates every 10 s), all four interleaved in each round. share-worker: `bench_worker "
+                 "--security-protocol sasl_ssl --sasl-mechanism SCRAM-SHA-512 --sasl-username U --sasl-password-env "
+                 "KAFKA_SASL_PASSWORD --ca-file CA` (rustls); Java: `ExplicitAckLoop --command-config` the client "
+                 "properties file `scripts/kafka.sh env` prints (JSSE). The judge and the pre-fill stay on "
+                 "plaintext. \"broker CPU s / 1M records\" = the broker JVM's CPU (`/proc`) over the steady span ÷ "
+                 "the records acknowledged in it: TLS costs the broker too. Drops pair the runs of one round: "
+                 "1 − SASL_SSL ÷ plaintext.")
+    lines.append("")
+    lines.append("| scenario | contender | security | records/s spawn → lag 0 | steady records/s | CPU s / 1M records "
+                 "| broker CPU s / 1M records | peak RSS MiB | handled | broker lag 0 |")
+    lines.append("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+
+    def broker_cpu(r):
+        cpu = dict(r.others).get(BROKER_LABEL)
+        return cpu / r.first_lag * 1e6 if cpu is not None and r.first_lag and span(r) == span(r) else float("nan")
+    pairs = []
+    for sc in scs:
+        for c in sc.contenders:
+            label = "SASL_SSL (SCRAM-SHA-512)" if c.security == "sasl_ssl" else c.security
+            if c.kind == "ours" and not ours_available:
+                lines.append(f"| {sc.name} | {c.name} | {label} | not yet available (set OURS_CMD) |" + " |" * 6)
+                continue
+            lines.append(
+                f"| {sc.name} | {c.name} | {label} | {cell(sc.name, c.name, lambda r: r.records / r.wall_s)} | "
+                f"{cell(sc.name, c.name, steady)} | "
+                f"{cell(sc.name, c.name, lambda r: r.cpu_s / r.records * 1e6, '{:.1f}')} | "
+                f"{cell(sc.name, c.name, broker_cpu, '{:.1f}')} | "
+                f"{cell(sc.name, c.name, lambda r: r.rss_kib / 1024)} | "
+                f"{cell(sc.name, c.name, lambda r: r.report.get('records', float('nan')))} | "
+                f"{check(sc.name, c.name)} |")
+        for c in sc.contenders:
+            if c.security != "plaintext" or (c.kind == "ours" and not ours_available):
+                continue
+            for t in sc.contenders:
+                if t.security != "plaintext" and t.kind == c.kind and t.threads == c.threads:
+                    pairs.append((sc, c, t))
+    if not pairs:
+        lines.append("")
+        return
+
+    def paired(sc, a, b, fn):
+        out = []
+        for run in sorted({r.run for r in kept}):
+            ra = [fn(r) for r in kept if r.scenario == sc.name and r.contender == a.name and r.run == run]
+            rb = [fn(r) for r in kept if r.scenario == sc.name and r.contender == b.name and r.run == run]
+            if ra and rb and ra[0] == ra[0] and rb[0] == rb[0] and ra[0] > 0:
+                out.append(rb[0] / ra[0])
+        return out
+    lines.append("")
+    lines.append("| scenario | client | throughput drop, steady (1 − SASL_SSL ÷ plaintext) | drop, spawn → lag 0 "
+                 "| CPU per record, SASL_SSL ÷ plaintext | broker CPU per record, SASL_SSL ÷ plaintext | target |")
+    lines.append("|---|---|---:|---:|---:|---:|---|")
+    ctx["tls_drop"] = {}
+    for sc, plain_c, tls_c in pairs:
+        base = plain_c.name.rsplit(", plaintext", 1)[0]
+        drop = [100 * (1 - x) for x in paired(sc, plain_c, tls_c, steady)]
+        drop_spawn = [100 * (1 - x) for x in paired(sc, plain_c, tls_c, lambda r: r.records / r.wall_s)]
+        ctx["tls_drop"][base] = drop
+        lines.append(f"| {sc.name} | {base} | {fmt_range(drop, '{:.1f}')} % | {fmt_range(drop_spawn, '{:.1f}')} % | "
+                     f"{fmt_range(paired(sc, plain_c, tls_c, lambda r: r.cpu_s / r.records), '{:.2f}')} | "
+                     f"{fmt_range(paired(sc, plain_c, tls_c, broker_cpu), '{:.2f}')} | "
+                     f"{'≤ 15 %' if plain_c.kind == 'ours' else '–'} |")
+    lines.append("")
+
+
 def write_report(path, ctx, scs, results, broker_check, ours_available):
     kept = [r for r in results if not r.warmup]
     lines = []
@@ -811,6 +957,7 @@ def write_report(path, ctx, scs, results, broker_check, ours_available):
 
     section("noop", "No-op handler: throughput, CPU, memory",
             " handled | broker lag 0 |", "---:|---|", lambda sc: [])
+    tls_section(lines, [sc for sc in scs if sc.section == "tls"], kept, ours_available, cell, check, ctx)
     section("slow", "Slow handler (50 ms): efficiency against min(N, P × max.record.locks) / latency",
             " % of limit | handled | broker lag 0 |", "---:|---:|---|", efficiency)
     section("heavy", "Heavy-tailed handler",
@@ -956,7 +1103,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small record counts, 1 run (a few minutes)")
     ap.add_argument("--runs", type=int, help="interleaved runs per figure (default 3; --quick: 1)")
     ap.add_argument("--only", help="run only scenarios whose name contains this (case-insensitive) "
-                                   "or of this section (noop, slow, heavy, cpu, latency, rss, renew)")
+                                   "or of this section (noop, tls, slow, heavy, cpu, latency, rss, renew)")
     ap.add_argument("--out", help="Markdown output (default benches/sidebyside/results/<quick|full>.md)")
     ap.add_argument("--keep", action="store_true", help="keep the topics and groups afterwards")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run before giving up")
@@ -997,6 +1144,10 @@ def main():
            if not args.only or args.only.lower() in s.name.lower() or args.only == s.section]
     if not scs:
         raise SystemExit(f"no scenario matches --only {args.only!r}")
+    if any(c.security != "plaintext" for sc in scs for c in sc.contenders):
+        ctx["secure"] = secure_settings(bootstrap, env)
+        say(f"TLS rows: SASL_SSL at {ctx['secure']['KAFKA_SASL_SSL_BOOTSTRAP']}, CA "
+            f"{ctx['secure']['KAFKA_TLS_CA_FILE']}, client properties {ctx['secure']['KAFKA_CLIENT_PROPERTIES']}")
 
     judge = Judge(java_cp, bootstrap)
     topics = {}
@@ -1020,14 +1171,14 @@ def main():
         def active(c):
             return c.kind != "ours" or bool(ours_cmd)
 
-        # One discarded warm-up run per kind of contender (a JVM, the perf tool, ours), on the
-        # first scenario it appears in. Every run is a fresh process: this warms the page cache and
-        # the broker, not the contender.
+        # One discarded warm-up run per kind of contender (a JVM, the perf tool, ours) and security
+        # protocol, on the first scenario it appears in. Every run is a fresh process: this warms the
+        # page cache and the broker (its TLS path too), not the contender.
         warmed = set()
         for sc in scs:
             for c in sc.contenders:
-                if active(c) and c.kind not in warmed and not c.window_s:
-                    warmed.add(c.kind)
+                if active(c) and (c.kind, c.security) not in warmed and not c.window_s:
+                    warmed.add((c.kind, c.security))
                     results.append(run_scenario(judge, c, sc, 0, True, ctx))
         for run in range(1, runs + 1):
             for sc in scs:

@@ -5,6 +5,10 @@
 //!              --handler noop|sleep:MS|heavy:FAST:SLOW:PCT|cpu:US|park
 //!              [--latency] [--profile] [--shutdown-grace-ms MS] [--max-poll-records M] [--max-wait-ms MS]
 //!              [--worker-threads T] [--run-as-task]
+//!              [--security-protocol plaintext|ssl|sasl_plaintext|sasl_ssl]
+//!              [--sasl-mechanism PLAIN|SCRAM-SHA-256|SCRAM-SHA-512] [--sasl-username U]
+//!              [--sasl-password-file F | --sasl-password-env VAR] [--ca-file F]
+//!              [--cert-file F --key-file F]
 //! ```
 //!
 //! Joins group `G` on `T`, runs `C` handlers at once and ACCEPTs each record when its handler
@@ -30,6 +34,13 @@
 //! main thread inside `block_on`, so the process works on T + 1 threads; `--run-as-task` runs it as
 //! a task on the runtime (`tokio::spawn(worker.run())`) instead, so every thread that works is one
 //! of the T runtime threads.
+//!
+//! `--security-protocol` secures every connection of the worker's source (`KafkaSource`) as
+//! `worker_core::security::Security` does: TLS trusting `--ca-file` (default: the system roots),
+//! with `--cert-file`/`--key-file` for mutual TLS, and SASL with `--sasl-mechanism` (default
+//! SCRAM-SHA-512) as `--sasl-username`. The password never goes on the command line (the
+//! side-by-side driver logs command lines): it is read from `--sasl-password-file` or from the
+//! environment variable named by `--sasl-password-env`.
 
 mod source;
 
@@ -43,6 +54,7 @@ use std::io::Write;
 use nix::time::ClockId;
 use tower::service_fn;
 use worker_core::kafka::KafkaSource;
+use worker_core::security::{Protocol, SaslConfig, ScramMechanism, Secret, Security, TlsConfig};
 use worker_core::{Job, Outcome, Worker};
 
 use source::{BenchSource, Observed};
@@ -155,6 +167,108 @@ struct Args {
     worker_threads: Option<usize>,
     /// Run the worker as a task on the runtime rather than on the main thread in `block_on`.
     run_as_task: bool,
+    security: SecurityArgs,
+}
+
+/// Where the SASL password comes from: never the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PasswordFrom {
+    File(String),
+    Env(String),
+}
+
+/// `--security-protocol` and its companions, as given (checked by [`SecurityArgs::security`]).
+#[derive(Debug, Default)]
+struct SecurityArgs {
+    protocol: Option<String>,
+    mechanism: Option<String>,
+    username: Option<String>,
+    password: Option<PasswordFrom>,
+    ca_file: Option<String>,
+    cert_file: Option<String>,
+    key_file: Option<String>,
+}
+
+impl SecurityArgs {
+    /// The worker's [`Security`]; an error says which flag is missing or out of place.
+    fn security(&self) -> Result<Security, String> {
+        let protocol = match self.protocol.as_deref().unwrap_or("plaintext") {
+            "plaintext" | "PLAINTEXT" => Protocol::Plaintext,
+            "ssl" | "SSL" => Protocol::Ssl,
+            "sasl_plaintext" | "SASL_PLAINTEXT" => Protocol::SaslPlaintext,
+            "sasl_ssl" | "SASL_SSL" => Protocol::SaslSsl,
+            other => {
+                return Err(format!(
+                    "--security-protocol {other}: expected plaintext, ssl, sasl_plaintext or sasl_ssl"
+                ));
+            }
+        };
+        let tls_flags =
+            self.ca_file.is_some() || self.cert_file.is_some() || self.key_file.is_some();
+        let sasl_flags =
+            self.mechanism.is_some() || self.username.is_some() || self.password.is_some();
+        let uses_tls = matches!(protocol, Protocol::Ssl | Protocol::SaslSsl);
+        let uses_sasl = matches!(protocol, Protocol::SaslPlaintext | Protocol::SaslSsl);
+        if tls_flags && !uses_tls {
+            return Err(format!(
+                "--ca-file/--cert-file/--key-file need --security-protocol ssl or sasl_ssl, not {protocol}"
+            ));
+        }
+        if sasl_flags && !uses_sasl {
+            return Err(format!(
+                "--sasl-* need --security-protocol sasl_plaintext or sasl_ssl, not {protocol}"
+            ));
+        }
+        let tls = || -> Result<TlsConfig, String> {
+            let tls = match &self.ca_file {
+                Some(ca) => TlsConfig::ca_file(ca),
+                None => TlsConfig::system_roots(),
+            };
+            match (&self.cert_file, &self.key_file) {
+                (Some(cert), Some(key)) => Ok(tls.client_cert(cert, key)),
+                (None, None) => Ok(tls),
+                _ => Err("--cert-file and --key-file go together".to_owned()),
+            }
+        };
+        let sasl = || -> Result<SaslConfig, String> {
+            let username = self
+                .username
+                .clone()
+                .ok_or("--sasl-username is required with SASL")?;
+            let password = match &self.password {
+                Some(PasswordFrom::File(path)) => Secret::from_file(path),
+                Some(PasswordFrom::Env(name)) => Secret::from_env(name),
+                None => {
+                    return Err(
+                        "--sasl-password-file or --sasl-password-env is required with SASL".into(),
+                    );
+                }
+            }
+            .map_err(|err| err.to_string())?;
+            match self.mechanism.as_deref().unwrap_or("SCRAM-SHA-512") {
+                "PLAIN" => Ok(SaslConfig::plain(username, password)),
+                "SCRAM-SHA-256" => Ok(SaslConfig::scram(
+                    ScramMechanism::Sha256,
+                    username,
+                    password,
+                )),
+                "SCRAM-SHA-512" => Ok(SaslConfig::scram(
+                    ScramMechanism::Sha512,
+                    username,
+                    password,
+                )),
+                other => Err(format!(
+                    "--sasl-mechanism {other}: expected PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+                )),
+            }
+        };
+        Ok(match protocol {
+            Protocol::Ssl => Security::ssl(tls()?),
+            Protocol::SaslPlaintext => Security::sasl_plaintext(sasl()?),
+            Protocol::SaslSsl => Security::sasl_ssl(sasl()?, tls()?),
+            _ => Security::plaintext(),
+        })
+    }
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -164,6 +278,7 @@ fn parse_args() -> Result<Args, String> {
     let (mut latency, mut shutdown_grace, mut profile) = (false, None, false);
     let (mut max_poll_records, mut max_wait, mut worker_threads) = (None, None, None);
     let mut run_as_task = false;
+    let mut security = SecurityArgs::default();
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
@@ -209,6 +324,14 @@ fn parse_args() -> Result<Args, String> {
                 )
             }
             "--run-as-task" => run_as_task = true,
+            "--security-protocol" => security.protocol = Some(value()?),
+            "--sasl-mechanism" => security.mechanism = Some(value()?),
+            "--sasl-username" => security.username = Some(value()?),
+            "--sasl-password-file" => security.password = Some(PasswordFrom::File(value()?)),
+            "--sasl-password-env" => security.password = Some(PasswordFrom::Env(value()?)),
+            "--ca-file" => security.ca_file = Some(value()?),
+            "--cert-file" => security.cert_file = Some(value()?),
+            "--key-file" => security.key_file = Some(value()?),
             "--shutdown-grace-ms" => {
                 shutdown_grace = Some(Duration::from_millis(
                     value()?
@@ -233,6 +356,7 @@ fn parse_args() -> Result<Args, String> {
         max_wait,
         worker_threads,
         run_as_task,
+        security,
     })
 }
 
@@ -274,9 +398,15 @@ fn main() {
 
 async fn run(args: Args) -> worker_core::Result<()> {
     let started = Instant::now();
+    let security = args
+        .security
+        .security()
+        .map_err(|err| worker_core::Error::new(worker_core::ErrorKind::Config, err))?;
+    let protocol = security.protocol();
     let mut kafka = KafkaSource::builder(&args.bootstrap, &args.group)
         .topic(&args.topic)
-        .client_id("bench-worker");
+        .client_id("bench-worker")
+        .security(security);
     if let Some(max_wait) = args.max_wait {
         kafka = kafka.max_wait(max_wait);
     }
@@ -349,7 +479,7 @@ async fn run(args: Args) -> worker_core::Result<()> {
     let worker_threads = tokio::runtime::Handle::current().metrics().num_workers();
     let min_lock = observed.min_lock_ms.load(Ordering::Relaxed);
     println!(
-        "{{\"contender\":\"share-worker\",\"worker_threads\":{worker_threads},\"run_as_task\":{},\"records\":{},\"accepted\":{},\"elapsed_s\":{elapsed:.3},\"records_per_s\":{:.1},\"renewals\":{},\"renewal_failures\":{},\"renew_span_s\":{:.3},\"ack_failures\":{},\"fetched\":{},\"redelivered\":{},\"max_delivery_count\":{},\"lock_ms\":[{},{}],\"released_on_shutdown\":{},\"latency_basis\":\"record timestamp to the broker's answer to the ACCEPT\",\"latency_ms\":{},\"profile\":{}}}",
+        "{{\"contender\":\"share-worker\",\"worker_threads\":{worker_threads},\"run_as_task\":{},\"security_protocol\":\"{protocol}\",\"records\":{},\"accepted\":{},\"elapsed_s\":{elapsed:.3},\"records_per_s\":{:.1},\"renewals\":{},\"renewal_failures\":{},\"renew_span_s\":{:.3},\"ack_failures\":{},\"fetched\":{},\"redelivered\":{},\"max_delivery_count\":{},\"lock_ms\":[{},{}],\"released_on_shutdown\":{},\"latency_basis\":\"record timestamp to the broker's answer to the ACCEPT\",\"latency_ms\":{},\"profile\":{}}}",
         args.run_as_task,
         args.records,
         summary.accepted,
@@ -405,5 +535,55 @@ mod tests {
         assert!(Handler::parse("cpu:x").is_err());
         assert!(Handler::parse("sleep").is_err());
         assert!(Handler::parse("heavy:1:x:5").is_err());
+    }
+
+    #[test]
+    fn security_flags_make_the_setting() {
+        assert_eq!(
+            SecurityArgs::default().security().unwrap().protocol(),
+            Protocol::Plaintext
+        );
+        let dir = std::env::temp_dir().join(format!("bench-worker-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let password = dir.join("password");
+        std::fs::write(&password, "secret\n").unwrap();
+        let sasl_ssl = SecurityArgs {
+            protocol: Some("sasl_ssl".into()),
+            username: Some("worker".into()),
+            password: Some(PasswordFrom::File(password.display().to_string())),
+            ca_file: Some("/ca.pem".into()),
+            ..SecurityArgs::default()
+        }
+        .security()
+        .unwrap();
+        assert_eq!(sasl_ssl.protocol(), Protocol::SaslSsl);
+        let sasl = sasl_ssl.sasl().unwrap();
+        assert_eq!(sasl.mechanism_name(), "SCRAM-SHA-512");
+        assert_eq!(sasl.username(), Some("worker"));
+        assert_eq!(
+            sasl_ssl.tls().unwrap().ca_path(),
+            Some(std::path::Path::new("/ca.pem"))
+        );
+        // The password's origin is required, and flags must fit the protocol.
+        let no_password = SecurityArgs {
+            protocol: Some("sasl_ssl".into()),
+            username: Some("worker".into()),
+            ..SecurityArgs::default()
+        };
+        assert!(no_password.security().is_err());
+        let ca_on_plaintext = SecurityArgs {
+            ca_file: Some("/ca.pem".into()),
+            ..SecurityArgs::default()
+        };
+        assert!(ca_on_plaintext.security().is_err());
+        let bad_mechanism = SecurityArgs {
+            protocol: Some("sasl_plaintext".into()),
+            mechanism: Some("GSSAPI".into()),
+            username: Some("worker".into()),
+            password: Some(PasswordFrom::File(password.display().to_string())),
+            ..SecurityArgs::default()
+        };
+        assert!(bad_mechanism.security().is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

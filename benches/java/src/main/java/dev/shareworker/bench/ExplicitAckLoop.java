@@ -36,11 +36,17 @@ import java.util.concurrent.atomic.AtomicLong;
  * --bootstrap-server B --topic T --group G [--records N] [--threads 1] [--max-poll-records 500]
  * [--handler noop|sleep:MS|heavy:FAST:SLOW:PCT|cpu:US] [--acquire-mode batch_optimized|record_limit]
  * [--idle-timeout-ms 60000] [--label NAME] [--latency-basis acknowledge|commit] [--property k=v ...]
+ * [--command-config FILE]
  * </pre>
+ *
+ * <p>{@code --command-config FILE} loads client properties from a file first (as Kafka's own tools
+ * do), e.g. {@code security.protocol=SASL_SSL} with its SASL and truststore settings; the options
+ * above and {@code --property} override it.
  */
 public final class ExplicitAckLoop {
     private static final List<String> OPTIONS = List.of("bootstrap-server", "topic", "group", "records",
-        "threads", "max-poll-records", "handler", "acquire-mode", "idle-timeout-ms", "label", "check-duplicates", "latency-basis");
+        "threads", "max-poll-records", "handler", "acquire-mode", "idle-timeout-ms", "label", "check-duplicates", "latency-basis",
+        "command-config");
 
     private final AtomicBoolean stopping = new AtomicBoolean();
     private final AtomicLong handled = new AtomicLong();
@@ -53,7 +59,7 @@ public final class ExplicitAckLoop {
     /** When any thread last received records: the idle timeout is for the whole process. */
     private final AtomicLong lastPollWithRecordsMs = new AtomicLong(System.currentTimeMillis());
 
-    public static void main(String[] argv) throws InterruptedException {
+    public static void main(String[] argv) throws InterruptedException, java.io.IOException {
         Args args;
         try {
             args = new Args(argv, OPTIONS);
@@ -65,7 +71,7 @@ public final class ExplicitAckLoop {
         new ExplicitAckLoop().run(args);
     }
 
-    private void run(Args args) throws InterruptedException {
+    private void run(Args args) throws InterruptedException, java.io.IOException {
         long startNanos = System.nanoTime();
         String topic = args.required("topic");
         long target = args.getLong("records", 0);
@@ -80,6 +86,12 @@ public final class ExplicitAckLoop {
         }
 
         Properties props = new Properties();
+        String commandConfig = args.get("command-config", "");
+        if (!commandConfig.isEmpty()) {
+            try (java.io.Reader in = java.nio.file.Files.newBufferedReader(java.nio.file.Path.of(commandConfig))) {
+                props.load(in);
+            }
+        }
         props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, args.required("bootstrap-server"));
         props.put(ConsumerConfig.GROUP_ID_CONFIG, args.required("group"));
         props.put(ConsumerConfig.SHARE_ACKNOWLEDGEMENT_MODE_CONFIG, "explicit");
