@@ -32,7 +32,11 @@
 //!   [`tokio::task::spawn_blocking`]: when every runtime thread is blocked the dispatcher cannot
 //!   run either. It notices when it runs late by more than a quarter of the shortest lock (at
 //!   least 500 ms), logs and counts the stall ([`WorkerHealth::stalls`],
-//!   `share_worker.dispatcher.stalls`) and sends the due renewals first.
+//!   `share_worker.dispatcher.stalls`) and sends the due renewals first. Where the dispatcher
+//!   itself runs is the caller's choice: `worker.run().await` inside `#[tokio::main]` keeps it on
+//!   the main thread (`block_on`), which handlers never take, at the cost of a cross-thread wakeup
+//!   per event; `tokio::spawn(worker.run())` puts it on the runtime's worker threads, slightly
+//!   cheaper per record, sharing them with the handlers.
 //! - **Fair routes.** With several routes each keeps a reserve of the slots: a route holds at most
 //!   `concurrency` − (routes − 1) × max(1, `concurrency` / (4 × routes)) unfinished records, and
 //!   while it does its topic is paused at the source ([`ShareSource::pause`]), so a route whose
