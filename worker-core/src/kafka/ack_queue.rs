@@ -9,11 +9,10 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::acks;
+use super::error_codes as codes;
 use super::codec::{PartitionAcks, TopicAcks};
 use crate::source::{AckError, AckSender};
 
-/// Error codes that end a share session.
-pub(crate) const SESSION_ERRORS: [i16; 3] = [122, 123, 133];
 
 /// The most acknowledgements nobody waits for (GAP, releases of what a fetch could not use) that
 /// may wait at once. The runtime's own acknowledgements are bounded by its slots; these come from
@@ -135,9 +134,9 @@ impl SessionShared {
 /// Maps a partition-level acknowledgement error to what the runtime is told.
 pub(crate) fn ack_error(code: i16, message: Option<&str>) -> AckError {
     match code {
-        121 => AckError::LockLost,
-        6 | 74 => AckError::LeaderMoved,
-        c if SESSION_ERRORS.contains(&c) => AckError::SessionLost,
+        codes::INVALID_RECORD_STATE => AckError::LockLost,
+        c if codes::leader_moved(c) => AckError::LeaderMoved,
+        c if codes::ends_session(c) => AckError::SessionLost,
         code => AckError::Broker {
             code,
             message: message
@@ -233,7 +232,8 @@ mod tests {
         assert_eq!(ack_error(121, None), AckError::LockLost);
         assert_eq!(ack_error(6, None), AckError::LeaderMoved);
         assert_eq!(ack_error(74, None), AckError::LeaderMoved);
-        for code in SESSION_ERRORS {
+        // SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_LIMIT_REACHED
+        for code in [122, 123, 133] {
             assert_eq!(ack_error(code, None), AckError::SessionLost);
         }
         assert!(matches!(

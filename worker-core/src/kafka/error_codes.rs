@@ -46,6 +46,8 @@ pub(crate) const FENCED_LEADER_EPOCH: i16 = 74;
 pub(crate) const GROUP_MAX_SIZE_REACHED: i16 = 81;
 /// The member epoch is stale.
 pub(crate) const FENCED_MEMBER_EPOCH: i16 = 110;
+/// The record's acquisition lock is gone (it expired, or the record was acknowledged already).
+pub(crate) const INVALID_RECORD_STATE: i16 = 121;
 /// The share session does not exist (any more).
 pub(crate) const SHARE_SESSION_NOT_FOUND: i16 = 122;
 /// The share session epoch is not the expected one.
@@ -78,11 +80,25 @@ pub(crate) fn name(code: i16) -> Option<&'static str> {
         FENCED_LEADER_EPOCH => "FENCED_LEADER_EPOCH",
         GROUP_MAX_SIZE_REACHED => "GROUP_MAX_SIZE_REACHED",
         FENCED_MEMBER_EPOCH => "FENCED_MEMBER_EPOCH",
+        INVALID_RECORD_STATE => "INVALID_RECORD_STATE",
         SHARE_SESSION_NOT_FOUND => "SHARE_SESSION_NOT_FOUND",
         INVALID_SHARE_SESSION_EPOCH => "INVALID_SHARE_SESSION_EPOCH",
         SHARE_SESSION_LIMIT_REACHED => "SHARE_SESSION_LIMIT_REACHED",
         _ => return None,
     })
+}
+
+/// Whether `code` ends a share session: the next request opens a new one at epoch 0.
+pub(crate) fn ends_session(code: i16) -> bool {
+    matches!(
+        code,
+        SHARE_SESSION_NOT_FOUND | INVALID_SHARE_SESSION_EPOCH | SHARE_SESSION_LIMIT_REACHED
+    )
+}
+
+/// Whether `code` says the partition's leader moved: refresh metadata.
+pub(crate) fn leader_moved(code: i16) -> bool {
+    matches!(code, NOT_LEADER_OR_FOLLOWER | FENCED_LEADER_EPOCH)
 }
 
 /// Whether `code` refuses access (topic, group or cluster authorization).

@@ -73,10 +73,7 @@ pub(crate) fn handle(
                     .insert(tp, (part.ack_error_code, part.ack_error_message.clone()));
             }
             if part.error_code != codes::NONE {
-                if matches!(
-                    part.error_code,
-                    codes::NOT_LEADER_OR_FOLLOWER | codes::FENCED_LEADER_EPOCH
-                ) {
+                if codes::leader_moved(part.error_code) {
                     out.leader_moved = true;
                 }
                 if codes::fatal_kind(part.error_code).is_some() && out.fatal.is_none() {

@@ -47,10 +47,12 @@ mod config;
 mod connection;
 mod error_codes;
 mod fetch_response;
+mod fetches;
 mod membership;
 mod messages;
 mod records;
 mod session;
+mod share_session;
 mod source;
 #[cfg(feature = "test-util")]
 pub mod test_util;

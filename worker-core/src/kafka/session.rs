@@ -5,7 +5,7 @@
 //! is waiting to carry them. Every queued acknowledgement is answered: ok, the broker's error, or
 //! [`AckError::SessionLost`] when the session it belonged to is gone.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::ack_queue::{
-    AckQueue, Listed, PendingAck, SESSION_ERRORS, SessionShared, ack_error, ack_topics, answer_all,
-    drop_duplicates, fail_all, to_topics,
+    AckQueue, Listed, PendingAck, SessionShared, ack_error, ack_topics, answer_all, drop_duplicates,
+    fail_all, to_topics,
 };
 use super::cluster::Cluster;
 use super::codec::{self, FetchParams, SessionKey, ShareResponse};
@@ -25,6 +25,7 @@ use super::connection::Connection;
 use super::error_codes as codes;
 use super::fetch_response;
 use super::records::{AcquiredRecord, InflateLimits};
+use super::share_session::{FetchPlan, ShareSession};
 use crate::source::AckError;
 use crate::{Error, ErrorKind, Result};
 
@@ -91,8 +92,7 @@ pub(crate) fn spawn(
         cluster,
         config,
         conn: None,
-        epoch: 0,
-        in_session: BTreeSet::new(),
+        session: ShareSession::default(),
         jobs: rx,
         cancel,
         backoff: Duration::from_millis(50),
@@ -113,18 +113,13 @@ async fn sleep_until_some(at: Option<Instant>) {
     }
 }
 
-fn next_epoch(epoch: i32) -> i32 {
-    if epoch == i32::MAX { 1 } else { epoch + 1 }
-}
-
 #[derive(Debug)]
 struct Driver {
     shared: Arc<SessionShared>,
     cluster: Arc<Cluster>,
     config: SessionConfig,
     conn: Option<Connection>,
-    epoch: i32,
-    in_session: BTreeSet<(Uuid, i32)>,
+    session: ShareSession,
     jobs: mpsc::Receiver<FetchJob>,
     cancel: CancellationToken,
     backoff: Duration,
@@ -212,8 +207,7 @@ impl Driver {
         if drop_connection {
             self.conn = None;
         }
-        self.epoch = 0;
-        self.in_session.clear();
+        self.session.reset();
         self.shared.generation.fetch_add(1, Ordering::AcqRel);
         let generation = self.shared.generation();
         let mut stale = Vec::new();
@@ -260,7 +254,7 @@ impl Driver {
         match connected {
             Ok(conn) => {
                 self.conn = Some(conn);
-                self.epoch = 0;
+                self.session.reset();
                 self.backoff = Duration::from_millis(50);
                 Ok(())
             }
@@ -284,7 +278,7 @@ impl Driver {
         SessionKey {
             group_id: &self.config.group,
             member_id: &self.config.member_id,
-            epoch: self.epoch,
+            epoch: self.session.epoch(),
         }
     }
 
@@ -309,40 +303,21 @@ impl Driver {
             .iter()
             .flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)))
             .collect();
-        let mut taken = if self.epoch == 0 {
-            Vec::new()
-        } else {
+        let taken = if self.session.is_open() {
             self.take(false)
+        } else {
+            Vec::new()
         };
-        // Acknowledgements ride on the fetch only for partitions it fetches from: listing any
-        // other partition would add it to the session and acquire records nobody asked for (a
-        // paused topic, a partition just revoked). Those go alone, first.
-        let alone: Vec<PendingAck> = taken
-            .extract_if(.., |ack| !wanted.contains(&(ack.topic_id, ack.partition)))
-            .collect();
+        let (mut taken, alone) = ShareSession::split_acks(&wanted, taken);
         if !alone.is_empty() {
-            self.acknowledge(alone, false, self.epoch).await;
-            if self.epoch == 0 {
+            self.acknowledge(alone, false, self.session.epoch()).await;
+            if !self.session.is_open() {
                 // That request lost the session: what was to ride belonged to it.
                 fail_all(std::mem::take(&mut taken), &AckError::SessionLost);
             }
         }
-        let mut listed: Listed = wanted
-            .iter()
-            .filter(|tp| self.epoch == 0 || !self.in_session.contains(tp))
-            .map(|tp| (*tp, Vec::new()))
-            .collect();
-        ack_topics(&taken, &mut listed);
-        let mut forgotten: BTreeMap<Uuid, Vec<i32>> = BTreeMap::new();
-        if self.epoch != 0 {
-            for (t, p) in self.in_session.difference(&wanted) {
-                if !listed.contains_key(&(*t, *p)) {
-                    forgotten.entry(*t).or_default().push(*p);
-                }
-            }
-        }
+        let FetchPlan { listed, forgotten } = self.session.plan_fetch(&wanted, &taken);
         let listed_keys: BTreeSet<(Uuid, i32)> = listed.keys().copied().collect();
-        let forgotten: Vec<(Uuid, Vec<i32>)> = forgotten.into_iter().collect();
         let max_records = i32::try_from(max_records).unwrap_or(i32::MAX);
         // A broker handles one request per connection at a time: while acknowledgements ride on
         // this fetch or wait behind it, do not hold it open.
@@ -378,7 +353,7 @@ impl Driver {
         self.learn_endpoints(&resp);
         if resp.error_code != 0 {
             let msg = resp.error_message.clone();
-            if SESSION_ERRORS.contains(&resp.error_code) {
+            if codes::ends_session(resp.error_code) {
                 tracing::warn!(
                     node = self.shared.node,
                     code = resp.error_code,
@@ -391,19 +366,13 @@ impl Driver {
             fail_all(taken, &ack_error(resp.error_code, msg.as_deref()));
             return Err(self.fetch_error(resp.error_code, None, msg.as_deref()));
         }
-        self.epoch = next_epoch(self.epoch);
+        self.session.fetched(&listed_keys, &forgotten);
         // Keep the last lock duration the broker named; a response without one must not make
         // records look unlocked.
         if let Ok(ms) = u64::try_from(resp.lock_timeout_ms)
             && ms > 0
         {
             self.lock_timeout = Duration::from_millis(ms);
-        }
-        self.in_session.extend(listed_keys.iter().copied());
-        for (t, ps) in &forgotten {
-            for p in ps {
-                self.in_session.remove(&(*t, *p));
-            }
         }
         let mut outcome = FetchOutcome {
             node: self.shared.node,
@@ -500,15 +469,15 @@ impl Driver {
         if taken.is_empty() {
             return;
         }
-        if self.conn.is_none() || self.epoch == 0 {
+        if self.conn.is_none() || !self.session.is_open() {
             fail_all(taken, &AckError::SessionLost);
             return;
         }
-        self.acknowledge(taken, renew, self.epoch).await;
+        self.acknowledge(taken, renew, self.session.epoch()).await;
     }
 
     async fn acknowledge(&mut self, taken: Vec<PendingAck>, renew: bool, epoch: i32) {
-        let mut listed = BTreeMap::new();
+        let mut listed = Listed::new();
         ack_topics(&taken, &mut listed);
         let key = SessionKey {
             epoch,
@@ -547,13 +516,13 @@ impl Driver {
         if resp.error_code != 0 {
             let err = ack_error(resp.error_code, resp.error_message.as_deref());
             fail_all(taken, &err);
-            if SESSION_ERRORS.contains(&resp.error_code) {
+            if codes::ends_session(resp.error_code) {
                 self.reset(false);
             }
             return;
         }
         if epoch > 0 {
-            self.epoch = next_epoch(self.epoch);
+            self.session.acknowledged();
         }
         let results = resp
             .topics
@@ -573,7 +542,7 @@ impl Driver {
         let renews = self.take(true);
         fail_all(renews, &AckError::Closed);
         let acks = self.take(false);
-        if self.conn.as_ref().is_some_and(|c| !c.is_broken()) && self.epoch != 0 {
+        if self.conn.as_ref().is_some_and(|c| !c.is_broken()) && self.session.is_open() {
             self.acknowledge(acks, false, -1).await;
         } else {
             fail_all(acks, &AckError::SessionLost);
@@ -589,17 +558,5 @@ impl Driver {
         };
         fail_all(leftovers, &AckError::Closed);
         self.conn = None;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn epochs_count_up_and_wrap_to_one() {
-        assert_eq!(next_epoch(0), 1);
-        assert_eq!(next_epoch(41), 42);
-        assert_eq!(next_epoch(i32::MAX), 1);
     }
 }

@@ -1,7 +1,7 @@
 //! [`KafkaSource`]: the native share-group client behind the [`ShareSource`] port.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +18,8 @@ use super::config::{KafkaConfig, OffsetReset};
 use super::connection::ConnectOptions;
 use super::membership::{self, MemberSpec, MemberState};
 use super::records::InflateLimits;
-use super::session::{self, FetchJob, SessionConfig, SessionHandle};
+use super::fetches::Fetches;
+use super::session::{self, FetchJob, FetchOutcome, SessionConfig, SessionHandle};
 use crate::security::Prepared;
 use crate::source::{AckError, AckKind, AckReceipt, Delivery, DeliveryId, Lease, ShareSource};
 use crate::{Error, ErrorKind, Result};
@@ -50,8 +51,8 @@ struct Inner {
     session_cancel: CancellationToken,
     topics: Mutex<Topics>,
     sessions: Mutex<HashMap<i32, SessionHandle>>,
-    fetch_lock: AsyncMutex<()>,
-    rotation: AtomicUsize,
+    /// The fetches in flight, one per broker; locking it makes fetch calls take turns.
+    fetches: AsyncMutex<Fetches>,
     closed: AtomicBool,
     /// Topics not fetched from for now ([`ShareSource::pause`]).
     paused: Mutex<HashSet<Arc<str>>>,
@@ -148,8 +149,7 @@ impl KafkaSource {
                 session_cancel: CancellationToken::new(),
                 topics: Mutex::new(Topics::default()),
                 sessions: Mutex::new(HashMap::new()),
-                fetch_lock: AsyncMutex::new(()),
-                rotation: AtomicUsize::new(0),
+                fetches: AsyncMutex::new(Fetches::default()),
                 closed: AtomicBool::new(false),
                 paused: Mutex::new(HashSet::new()),
                 resumed: tokio::sync::Notify::new(),
@@ -316,14 +316,20 @@ impl Inner {
         Ok(handle.jobs.clone())
     }
 
+    /// Sends a fetch to every leader with none in flight, sharing out the slots the fetches in
+    /// flight do not hold, then returns what the first broker (and any other already) answered.
     async fn fetch(&self, max_records: u32) -> Result<Vec<Delivery>> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::new(ErrorKind::Closed, "the source is closed"));
         }
-        let _one_at_a_time = self.fetch_lock.lock().await;
+        // One caller at a time; the guard is held across the wait, which is cancel-safe.
+        let mut fetches = self.fetches.lock().await;
+        if let Some(err) = fetches.take_deferred() {
+            return Err(err);
+        }
         let mut member = self.member.clone();
         let mut state = self.check_member()?;
-        if state.assignment.is_empty() {
+        if state.assignment.is_empty() && fetches.is_empty() {
             let _ = tokio::time::timeout(self.config.max_wait, member.changed()).await;
             state = self.check_member()?;
             if state.assignment.is_empty() {
@@ -331,34 +337,62 @@ impl Inner {
             }
         }
         let mut by_leader = self.partitions_by_leader(&state.assignment).await?;
-        if self.drop_paused(&mut by_leader) {
-            // Everything assigned is paused: wait for a resume (or the usual wait) instead of
-            // spinning on empty answers.
-            let _ = tokio::time::timeout(self.config.max_wait, self.resumed.notified()).await;
-            return Ok(Vec::new());
-        }
-        if by_leader.is_empty() {
-            tokio::time::sleep(self.config.max_wait.min(Duration::from_millis(100))).await;
-            return Ok(Vec::new());
-        }
-        // record_limit: one broker per fetch, rotating.
-        let turn = self.rotation.fetch_add(1, Ordering::Relaxed) % by_leader.len();
-        let Some((node, partitions)) = by_leader.into_iter().nth(turn) else {
-            return Ok(Vec::new());
-        };
-        let jobs = self.session_jobs(node)?;
-        let (tx, rx) = oneshot::channel();
-        jobs.send(FetchJob {
-            partitions,
-            max_records,
-            max_wait: self.config.max_wait,
-            reply: tx,
-        })
-        .await
-        .map_err(|_| Error::new(ErrorKind::Closed, "the source is closed"))?;
-        let outcome = rx
+        let all_paused = self.drop_paused(&mut by_leader);
+        let room = max_records.saturating_sub(fetches.outstanding());
+        let idle: Vec<i32> = by_leader
+            .keys()
+            .copied()
+            .filter(|node| !fetches.busy(*node))
+            .collect();
+        for (node, budget) in fetches.plan(room, &idle) {
+            let Some(partitions) = by_leader.remove(&node) else {
+                continue;
+            };
+            let jobs = self.session_jobs(node)?;
+            let (tx, rx) = oneshot::channel();
+            jobs.send(FetchJob {
+                partitions,
+                max_records: budget,
+                max_wait: self.config.max_wait,
+                reply: tx,
+            })
             .await
-            .map_err(|_| Error::new(ErrorKind::Closed, "the source is closed"))??;
+            .map_err(|_| Error::new(ErrorKind::Closed, "the source is closed"))?;
+            fetches.sent(node, budget, rx);
+        }
+        if fetches.is_empty() {
+            if all_paused {
+                // Everything assigned is paused: wait for a resume (or the usual wait) instead
+                // of spinning on empty answers.
+                let _ = tokio::time::timeout(self.config.max_wait, self.resumed.notified()).await;
+            } else {
+                tokio::time::sleep(self.config.max_wait.min(Duration::from_millis(100))).await;
+            }
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        let mut failed = None;
+        for answer in fetches.answers().await {
+            match answer.outcome {
+                Ok(outcome) => self.deliveries(outcome, &mut out)?,
+                Err(err) => {
+                    tracing::debug!(node = answer.node, error = %err, "ShareFetch failed");
+                    failed.get_or_insert(err);
+                }
+            }
+        }
+        match failed {
+            Some(err) if out.is_empty() => Err(err),
+            Some(err) => {
+                fetches.defer(err);
+                Ok(out)
+            }
+            None => Ok(out),
+        }
+    }
+
+    /// Turns what one broker's fetch acquired into deliveries, appended to `out`.
+    fn deliveries(&self, outcome: FetchOutcome, out: &mut Vec<Delivery>) -> Result<()> {
         if outcome.leader_moved
             && let Ok(mut t) = self.topics.lock()
         {
@@ -369,7 +403,7 @@ impl Inner {
             .topics
             .lock()
             .map_err(|_| Error::new(ErrorKind::Closed, "poisoned"))?;
-        let mut out = Vec::with_capacity(outcome.records.len());
+        out.reserve(outcome.records.len());
         for (topic_id, partition, r) in outcome.records {
             let topic = names
                 .by_id
@@ -381,7 +415,7 @@ impl Inner {
                     topic,
                     partition,
                     offset: r.offset,
-                    lease: Lease::new(outcome.node, outcome.generation),
+                    lease: Lease::with_topic_id(outcome.node, outcome.generation, topic_id),
                 },
                 key: r.key,
                 value: r.value,
@@ -393,18 +427,20 @@ impl Inner {
                 undecodable: r.undecodable,
             });
         }
-        Ok(out)
+        Ok(())
     }
 
     fn enqueue(&self, id: &DeliveryId, kind: i8, renew: bool) -> AckReceipt {
         if self.closed.load(Ordering::Acquire) {
             return AckReceipt::ready(Err(AckError::Closed));
         }
-        let topic_id = self
-            .topics
-            .lock()
-            .ok()
-            .and_then(|t| t.by_name.get(&id.topic).copied());
+        // The lease carries the topic id; a lease made elsewhere falls back to the name.
+        let topic_id = id.lease.topic_id().or_else(|| {
+            self.topics
+                .lock()
+                .ok()
+                .and_then(|t| t.by_name.get(&id.topic).copied())
+        });
         let Some(topic_id) = topic_id else {
             return AckReceipt::ready(Err(AckError::Broker {
                 code: -1,

@@ -116,13 +116,33 @@ pub struct Lease {
     /// Increments each time that broker's share session is re-opened: acks for an older session
     /// cannot succeed.
     pub(crate) session: u32,
+    /// The record's topic id, when the source knows it (the native client): an acknowledgement
+    /// then needs no lookup by name.
+    pub(crate) topic_id: Option<uuid::Uuid>,
 }
 
 impl Lease {
     /// A lease for a source implemented outside this crate: `node` names the holder, `session` the
     /// generation of its session.
     pub fn new(node: i32, session: u32) -> Self {
-        Self { node, session }
+        Self {
+            node,
+            session,
+            topic_id: None,
+        }
+    }
+
+    /// A lease that also names the record's topic id.
+    pub(crate) fn with_topic_id(node: i32, session: u32, topic_id: uuid::Uuid) -> Self {
+        Self {
+            node,
+            session,
+            topic_id: Some(topic_id),
+        }
+    }
+
+    pub(crate) fn topic_id(&self) -> Option<uuid::Uuid> {
+        self.topic_id
     }
 
     /// The broker node id that acquired the record.
