@@ -18,7 +18,7 @@
 #   scripts/kafka.sh logs               print the broker log
 #   scripts/kafka.sh tool CLASS ARGS... run a Kafka tool class on the broker's classpath
 #   scripts/kafka.sh env                print `export` lines: eval "$(scripts/kafka.sh env)" sets
-#       KAFKA_BOOTSTRAP, KAFKA_SASL_SSL_BOOTSTRAP, KAFKA_MTLS_BOOTSTRAP (host:port);
+#       KAFKA_BOOTSTRAP, KAFKA_SASL_SSL_BOOTSTRAP, KAFKA_MTLS_BOOTSTRAP (host:port, every broker);
 #       KAFKA_TLS_CA_FILE, KAFKA_TLS_CERT_FILE, KAFKA_TLS_KEY_FILE (PEM; the client's key PKCS#8);
 #       KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD (PLAIN and SCRAM), KAFKA_SASL_MECHANISMS;
 #       KAFKA_CLIENT_PROPERTIES (SASL_SSL + SCRAM-SHA-512) and KAFKA_MTLS_CLIENT_PROPERTIES
@@ -26,22 +26,39 @@
 #
 # Environment: KAFKA_VERSION (default 4.2.2), KAFKA_PORT (default 9092), KAFKA_CONTROLLER_PORT
 # (default KAFKA_PORT + 1), KAFKA_SASL_SSL_PORT (default KAFKA_PORT + 2), KAFKA_MTLS_PORT (default
-# KAFKA_PORT + 3), KAFKA_CACHE (default <repo>/.cache/kafka), KAFKA_HEAP (default 1g).
+# KAFKA_PORT + 3), KAFKA_CACHE (default <repo>/.cache/kafka), KAFKA_HEAP (default 1g; 512m per
+# process in a cluster).
+#
+# A cluster: KAFKA_BROKERS=N (N > 1) runs one KRaft controller and N brokers, each its own process,
+# from the same jars; internal topics (offsets, transactions, share-group state) get replication
+# factor min(N, 3). KAFKA_PORT defaults to 9192 then; broker i (1..N) listens on KAFKA_PORT +
+# 10 × (i − 1) (PLAINTEXT), + 2 (SASL_SSL), + 3 (mutual TLS); the controller on KAFKA_PORT + 1.
+# Every command above works on the whole cluster (with KAFKA_BROKERS set the same way), plus:
+#   scripts/kafka.sh kill-broker I      SIGKILL broker I; its data directory stays
+#   scripts/kafka.sh resume-broker I    start broker I again on its data
+#   scripts/kafka.sh logs [I]           broker I's log (0: the controller)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 version=${KAFKA_VERSION:-4.2.2}
-port=${KAFKA_PORT:-9092}
+brokers=${KAFKA_BROKERS:-1}
+[[ $brokers =~ ^[1-9][0-9]?$ ]] || { echo "kafka.sh: KAFKA_BROKERS must be 1..99, not '$brokers'" >&2; exit 1; }
+if ((brokers > 1)); then
+  port=${KAFKA_PORT:-9192}
+else
+  port=${KAFKA_PORT:-9092}
+fi
 controller_port=${KAFKA_CONTROLLER_PORT:-$((port + 1))}
 sasl_ssl_port=${KAFKA_SASL_SSL_PORT:-$((port + 2))}
 mtls_port=${KAFKA_MTLS_PORT:-$((port + 3))}
 cache=${KAFKA_CACHE:-$repo/.cache/kafka}
 jars=$cache/jars/$version
-run=$cache/run-$port
+if ((brokers > 1)); then
+  top=$cache/cluster-$port
+else
+  top=$cache/run-$port
+fi
 tls=$cache/tls-$port
-pidfile=$run/kafka.pid
-logfile=$run/kafka.log
-bootstrap=127.0.0.1:$port
 # A throw-away broker: a fixed user for PLAIN and SCRAM-SHA-256/512, printed by `env`.
 sasl_user=worker
 sasl_password=worker-secret
@@ -68,7 +85,48 @@ resolve_jars() {
 }
 
 java_cmd() {
-  java -Xshare:auto -cp "$jars/*" -Dlog4j2.configurationFile="$run/log4j2.properties" "$@"
+  java -Xshare:auto -cp "$jars/*" -Dlog4j2.configurationFile="$top/tools-log4j2.properties" "$@"
+}
+
+# The nodes: 1 alone (broker and controller in one process), or the controller (node 0 here,
+# node.id 100) and brokers 1..N.
+nodes() {
+  if ((brokers == 1)); then echo 1; else seq 0 "$brokers"; fi
+}
+
+# Points run, pidfile, logfile, roles, node_id and the node's ports at node $1.
+select_node() {
+  node=$1
+  if ((brokers == 1)); then
+    ((node == 1)) || die "a single broker is node 1 (set KAFKA_BROKERS for a cluster)"
+    run=$top roles=broker,controller node_id=1
+    node_port=$port node_sasl=$sasl_ssl_port node_mtls=$mtls_port
+  elif ((node == 0)); then
+    run=$top/controller roles=controller node_id=100
+  elif ((node >= 1 && node <= brokers)); then
+    run=$top/broker-$node roles=broker node_id=$node
+    node_port=$((port + 10 * (node - 1)))
+    node_sasl=$((node_port + 2)) node_mtls=$((node_port + 3))
+  else
+    die "no broker $node: brokers are 1..$brokers"
+  fi
+  pidfile=$run/kafka.pid
+  logfile=$run/kafka.log
+}
+
+# Every broker's address on one listener: 0 PLAINTEXT, 2 SASL_SSL, 3 mutual TLS.
+addresses() {
+  local offset=$1 i out=()
+  if ((brokers == 1)); then
+    case $offset in
+      0) echo "127.0.0.1:$port" ;; 2) echo "127.0.0.1:$sasl_ssl_port" ;; 3) echo "127.0.0.1:$mtls_port" ;;
+    esac
+    return
+  fi
+  for ((i = 1; i <= brokers; i++)); do
+    out+=("127.0.0.1:$((port + 10 * (i - 1) + offset))")
+  done
+  (IFS=,; echo "${out[*]}")
 }
 
 running_pid() {
@@ -79,6 +137,15 @@ running_pid() {
   echo "$pid"
 }
 
+# Whether any node of this cluster (or the single broker) runs.
+any_running() {
+  local n
+  for n in $(nodes); do
+    select_node "$n"
+    running_pid >/dev/null && return 0
+  done
+  return 1
+}
 port_open() {
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
@@ -164,17 +231,35 @@ CNF
   chmod 600 "$dir"/*.key "$dir"/*-keystore.pem
 }
 
+
+# server.properties for the selected node.
 write_config() {
   mkdir -p "$run"
-  cat >"$run/server.properties" <<PROPS
-process.roles=broker,controller
-node.id=1
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port,SASL_SSL://127.0.0.1:$sasl_ssl_port,MTLS://127.0.0.1:$mtls_port
-advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sasl_ssl_port,MTLS://127.0.0.1:$mtls_port
-controller.listener.names=CONTROLLER
+  local rf=$((brokers < 3 ? brokers : 3))
+  local min_isr=$((rf > 1 ? 2 : 1))
+  {
+    echo "process.roles=$roles"
+    echo "node.id=$node_id"
+    echo "controller.listener.names=CONTROLLER"
+    echo "controller.quorum.bootstrap.servers=127.0.0.1:$controller_port"
+    echo "log.dirs=$run/data"
+    # A killed broker is fenced (its partitions get new leaders) within 4 s, not 9.
+    echo "broker.heartbeat.interval.ms=1000"
+    echo "broker.session.timeout.ms=4000"
+    if [[ $roles == controller ]]; then
+      echo "listeners=CONTROLLER://127.0.0.1:$controller_port"
+      echo "listener.security.protocol.map=CONTROLLER:PLAINTEXT"
+    else
+      local listeners="PLAINTEXT://127.0.0.1:$node_port,SASL_SSL://127.0.0.1:$node_sasl,MTLS://127.0.0.1:$node_mtls"
+      if [[ $roles == broker,controller ]]; then
+        echo "listeners=$listeners,CONTROLLER://127.0.0.1:$controller_port"
+      else
+        echo "listeners=$listeners"
+      fi
+      cat <<PROPS
+advertised.listeners=$listeners
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,MTLS:SSL
-controller.quorum.bootstrap.servers=127.0.0.1:$controller_port
 # TLS for the SASL_SSL and MTLS listeners: PEM files made by ensure_tls.
 ssl.keystore.type=PEM
 ssl.keystore.location=$tls/broker-keystore.pem
@@ -189,17 +274,17 @@ listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.se
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker";
 listener.name.sasl_ssl.connections.max.reauth.ms=$reauth_ms
-log.dirs=$run/data
 num.partitions=1
+default.replication.factor=$rf
 auto.create.topics.enable=false
 group.initial.rebalance.delay.ms=0
-offsets.topic.replication.factor=1
+offsets.topic.replication.factor=$rf
 offsets.topic.num.partitions=3
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$min_isr
 transaction.state.log.num.partitions=3
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.replication.factor=$rf
+share.coordinator.state.topic.min.isr=$min_isr
 share.coordinator.state.topic.num.partitions=3
 # Tests use short locks and fast membership.
 group.share.min.record.lock.duration.ms=1000
@@ -208,6 +293,8 @@ group.share.heartbeat.interval.ms=1000
 group.share.min.session.timeout.ms=6000
 group.share.session.timeout.ms=10000
 PROPS
+    fi
+  } >"$run/server.properties"
   cat >"$run/log4j2.properties" <<PROPS
 status = error
 appender.file.type = File
@@ -224,123 +311,9 @@ logger.state.level = WARN
 PROPS
 }
 
-start() {
-  local pid
-  if pid=$(running_pid); then
-    say "already running (pid $pid) at $bootstrap"
-    echo "$bootstrap"
-    return
-  fi
-  resolve_jars
-  rm -rf "$run"
-  ensure_tls
-  write_config
-  local cluster_id
-  cluster_id=$(java_cmd kafka.tools.StorageTool random-uuid)
-  java_cmd kafka.tools.StorageTool format -t "$cluster_id" -c "$run/server.properties" --standalone \
-    --add-scram "SCRAM-SHA-256=[name=$sasl_user,password=$sasl_password]" \
-    --add-scram "SCRAM-SHA-512=[name=$sasl_user,password=$sasl_password]" \
-    >"$run/format.log" 2>&1 || { cat "$run/format.log" >&2; die "formatting the data directory failed"; }
-  say "formatted cluster $cluster_id"
-  launch
-}
-
-# Starts the broker on the formatted data directory in $run and waits until it answers.
-launch() {
-  local p
-  for p in "$port" "$controller_port" "$sasl_ssl_port" "$mtls_port"; do
-    if port_open "$p"; then
-      die "something else already listens on 127.0.0.1:$p" \
-        "(set KAFKA_PORT, KAFKA_SASL_SSL_PORT or KAFKA_MTLS_PORT to use other ports)"
-    fi
-  done
-  say "starting Kafka $version on $bootstrap, log in $logfile"
-  [[ -f $logfile ]] && mv "$logfile" "$logfile.previous"
-  nohup java -Xms512m -Xmx"${KAFKA_HEAP:-1g}" -XX:+UseG1GC -Djava.awt.headless=true \
-    -cp "$jars/*" -Dlog4j2.configurationFile="$run/log4j2.properties" \
-    kafka.Kafka "$run/server.properties" >"$run/stdout.log" 2>&1 &
-  echo $! >"$pidfile"
-  local deadline=$((SECONDS + 90))
-  until port_open "$port" && grep -q "Kafka Server started" "$logfile" 2>/dev/null; do
-    if ! running_pid >/dev/null; then
-      tail -n 40 "$run/stdout.log" "$logfile" >&2 2>/dev/null || true
-      die "Kafka exited during startup"
-    fi
-    if ((SECONDS > deadline)); then
-      tail -n 40 "$logfile" >&2 2>/dev/null || true
-      die "Kafka did not answer on $bootstrap within 90 s"
-    fi
-    sleep 0.5
-  done
-  say "Kafka $version is up at $bootstrap"
-  echo "$bootstrap"
-}
-
-resume() {
-  local pid
-  if pid=$(running_pid); then
-    say "already running (pid $pid) at $bootstrap"
-    echo "$bootstrap"
-    return
-  fi
-  [[ -f $run/server.properties && -d $run/data ]] || die "nothing to resume in $run: use start"
-  ensure_tls
-  launch
-}
-
-kill_now() {
-  local pid
-  pid=$(running_pid) || die "not running"
-  say "killing Kafka (pid $pid) with SIGKILL"
-  kill -KILL "$pid" 2>/dev/null || true
-  while kill -0 "$pid" 2>/dev/null; do
-    sleep 0.1
-  done
-  rm -f "$pidfile"
-}
-
-stop() {
-  local pid
-  if ! pid=$(running_pid); then
-    say "not running"
-    rm -f "$pidfile"
-    return
-  fi
-  say "stopping Kafka (pid $pid)"
-  kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + 60))
-  while kill -0 "$pid" 2>/dev/null; do
-    if ((SECONDS > deadline)); then
-      say "still running after 60 s: killing it"
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-    sleep 0.2
-  done
-  rm -f "$pidfile"
-  say "stopped"
-}
-
-status() {
-  local pid
-  if pid=$(running_pid); then
-    echo "running (pid $pid, Kafka $version) at $bootstrap"
-    echo "SASL_SSL at 127.0.0.1:$sasl_ssl_port, mutual TLS at 127.0.0.1:$mtls_port (kafka.sh env)"
-  else
-    echo "not running"
-    return 1
-  fi
-}
-
-logs() {
-  [[ -f $logfile ]] || die "no log at $logfile"
-  cat "$logfile"
-}
-
-tool() {
-  [[ $# -ge 1 ]] || die "usage: kafka.sh tool CLASS [ARGS...]"
-  resolve_jars
-  mkdir -p "$run"
-  [[ -f $run/tools-log4j2.properties ]] || cat >"$run/tools-log4j2.properties" <<PROPS
+write_tools_log_config() {
+  mkdir -p "$top"
+  [[ -f $top/tools-log4j2.properties ]] || cat >"$top/tools-log4j2.properties" <<PROPS
 status = error
 appender.console.type = Console
 appender.console.name = stderr
@@ -350,7 +323,182 @@ appender.console.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = WARN
 rootLogger.appenderRef.stderr.ref = stderr
 PROPS
-  java -cp "$jars/*" -Dlog4j2.configurationFile="$run/tools-log4j2.properties" "$@"
+}
+
+start() {
+  local n
+  if any_running; then
+    say "already running at $(addresses 0)"
+    addresses 0
+    return
+  fi
+  resolve_jars
+  rm -rf "$top"
+  ensure_tls
+  write_tools_log_config
+  local cluster_id
+  cluster_id=$(java_cmd kafka.tools.StorageTool random-uuid)
+  for n in $(nodes); do
+    select_node "$n"
+    write_config
+    # The controller (alone, or in the single broker) starts the quorum by itself; SCRAM users
+    # go into the bootstrap metadata it writes.
+    local quorum=(--no-initial-controllers)
+    [[ $roles == *controller* ]] && quorum=(--standalone)
+    java_cmd kafka.tools.StorageTool format -t "$cluster_id" -c "$run/server.properties" "${quorum[@]}" \
+      --add-scram "SCRAM-SHA-256=[name=$sasl_user,password=$sasl_password]" \
+      --add-scram "SCRAM-SHA-512=[name=$sasl_user,password=$sasl_password]" \
+      >"$run/format.log" 2>&1 || { cat "$run/format.log" >&2; die "formatting $run failed"; }
+  done
+  say "formatted cluster $cluster_id"
+  for n in $(nodes); do
+    launch "$n"
+  done
+  say "Kafka $version is up at $(addresses 0)"
+  addresses 0
+}
+
+# Starts node $1 on its formatted data directory and waits until it answers.
+launch() {
+  select_node "$1"
+  local p ports=("$controller_port")
+  [[ $roles == controller ]] || ports=("$node_port" "$node_sasl" "$node_mtls")
+  [[ $roles == broker,controller ]] && ports+=("$controller_port")
+  for p in "${ports[@]}"; do
+    if port_open "$p"; then
+      die "something else already listens on 127.0.0.1:$p" \
+        "(set KAFKA_PORT, KAFKA_SASL_SSL_PORT or KAFKA_MTLS_PORT to use other ports)"
+    fi
+  done
+  local heap=${KAFKA_HEAP:-1g}
+  ((brokers > 1)) && heap=${KAFKA_HEAP:-512m}
+  say "starting Kafka $version node $node_id ($roles) on 127.0.0.1:${ports[0]}, log in $logfile"
+  [[ -f $logfile ]] && mv "$logfile" "$logfile.previous"
+  nohup java -Xms256m -Xmx"$heap" -XX:+UseG1GC -Djava.awt.headless=true \
+    -cp "$jars/*" -Dlog4j2.configurationFile="$run/log4j2.properties" \
+    kafka.Kafka "$run/server.properties" >"$run/stdout.log" 2>&1 &
+  echo $! >"$pidfile"
+  local deadline=$((SECONDS + 90))
+  until port_open "${ports[0]}" && grep -q "Kafka Server started" "$logfile" 2>/dev/null; do
+    if ! running_pid >/dev/null; then
+      tail -n 40 "$run/stdout.log" "$logfile" >&2 2>/dev/null || true
+      die "Kafka node $node_id exited during startup"
+    fi
+    if ((SECONDS > deadline)); then
+      tail -n 40 "$logfile" >&2 2>/dev/null || true
+      die "Kafka node $node_id did not answer on 127.0.0.1:${ports[0]} within 90 s"
+    fi
+    sleep 0.5
+  done
+}
+
+# Starts every node that is not running on its existing data (after kill or stop).
+resume() {
+  local n
+  [[ -d $top ]] || die "nothing to resume in $top: use start"
+  ensure_tls
+  for n in $(nodes); do
+    select_node "$n"
+    [[ -f $run/server.properties && -d $run/data ]] || die "nothing to resume in $run: use start"
+    running_pid >/dev/null || launch "$n"
+  done
+  say "Kafka $version is up at $(addresses 0)"
+  addresses 0
+}
+
+# SIGKILLs node $1 and waits for it to be gone.
+kill_node() {
+  select_node "$1"
+  local pid
+  pid=$(running_pid) || die "node $node_id is not running"
+  say "killing Kafka node $node_id (pid $pid) with SIGKILL"
+  kill -KILL "$pid" 2>/dev/null || true
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 0.1
+  done
+  rm -f "$pidfile"
+}
+
+kill_all() {
+  local n killed=0
+  for n in $(nodes); do
+    select_node "$n"
+    if running_pid >/dev/null; then
+      kill_node "$n"
+      killed=1
+    fi
+  done
+  ((killed)) || die "not running"
+}
+
+# Stops the brokers (together), then the controller, waiting for each to exit.
+stop() {
+  local n pid pids=() controller=
+  for n in $(nodes); do
+    select_node "$n"
+    if pid=$(running_pid); then
+      if [[ $roles == controller ]]; then controller=$pid; else pids+=("$pid"); fi
+    fi
+    rm -f "$pidfile"
+  done
+  if ((${#pids[@]} == 0)) && [[ -z $controller ]]; then
+    say "not running"
+    return
+  fi
+  say "stopping Kafka (pid ${pids[*]} ${controller})"
+  stop_pids "${pids[@]}"
+  [[ -n $controller ]] && stop_pids "$controller"
+  say "stopped"
+}
+
+stop_pids() {
+  (($# > 0)) || return 0
+  kill -TERM "$@" 2>/dev/null || true
+  local pid deadline=$((SECONDS + 60))
+  for pid in "$@"; do
+    while kill -0 "$pid" 2>/dev/null; do
+      if ((SECONDS > deadline)); then
+        say "pid $pid still running after 60 s: killing it"
+        kill -KILL "$pid" 2>/dev/null || true
+      fi
+      sleep 0.2
+    done
+  done
+}
+
+status() {
+  local n pid up=0
+  for n in $(nodes); do
+    select_node "$n"
+    if pid=$(running_pid); then
+      up=$((up + 1))
+      if [[ $roles == controller ]]; then
+        echo "controller running (pid $pid) at 127.0.0.1:$controller_port"
+      else
+        echo "node $node_id running (pid $pid, Kafka $version) at 127.0.0.1:$node_port;" \
+          "SASL_SSL at 127.0.0.1:$node_sasl, mutual TLS at 127.0.0.1:$node_mtls (kafka.sh env)"
+      fi
+    elif ((brokers > 1)); then
+      echo "node $node_id ($roles) not running"
+    fi
+  done
+  if ((up == 0)); then
+    echo "not running"
+    return 1
+  fi
+}
+
+logs() {
+  select_node "${1:-1}"
+  [[ -f $logfile ]] || die "no log at $logfile"
+  cat "$logfile"
+}
+
+tool() {
+  [[ $# -ge 1 ]] || die "usage: kafka.sh tool CLASS [ARGS...]"
+  resolve_jars
+  write_tools_log_config
+  java_cmd "$@"
 }
 
 # A single-quoted shell word (POSIX sh, bash, zsh).
@@ -366,9 +514,9 @@ print_env() {
   while read -r name value; do
     printf 'export %s=%s\n' "$name" "$(quote "$value")"
   done <<VARS
-KAFKA_BOOTSTRAP 127.0.0.1:$port
-KAFKA_SASL_SSL_BOOTSTRAP 127.0.0.1:$sasl_ssl_port
-KAFKA_MTLS_BOOTSTRAP 127.0.0.1:$mtls_port
+KAFKA_BOOTSTRAP $(addresses 0)
+KAFKA_SASL_SSL_BOOTSTRAP $(addresses 2)
+KAFKA_MTLS_BOOTSTRAP $(addresses 3)
 KAFKA_TLS_CA_FILE $tls/ca.pem
 KAFKA_TLS_CERT_FILE $tls/client.pem
 KAFKA_TLS_KEY_FILE $tls/client.key
@@ -383,11 +531,13 @@ VARS
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
-  kill) kill_now ;;
+  kill) kill_all ;;
   resume) resume ;;
+  kill-broker) [[ $# -eq 2 ]] || die "usage: kafka.sh kill-broker I"; kill_node "$2" ;;
+  resume-broker) [[ $# -eq 2 ]] || die "usage: kafka.sh resume-broker I"; launch "$2"; say "node $node_id is up" ;;
   status) status ;;
-  logs) logs ;;
+  logs) logs "${2:-1}" ;;
   tool) shift; tool "$@" ;;
   env) print_env ;;
-  *) die "usage: kafka.sh start|stop|kill|resume|status|logs|env|tool CLASS ARGS..." ;;
+  *) die "usage: kafka.sh start|stop|kill|resume|kill-broker I|resume-broker I|status|logs [I]|env|tool CLASS ARGS..." ;;
 esac

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The one test command: start a local Kafka broker, then format check, supply-chain checks
-# (cargo deny), clippy and every test.
-# The broker is stopped again on any exit unless it was already running before.
+# The one test command: start a local Kafka broker and a local 3-broker cluster, then format check,
+# supply-chain checks (cargo deny), clippy and every test.
+# Each is stopped again on any exit unless it was already running before.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,13 +23,37 @@ if [[ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $deny_version" ]]; th
   cargo install --locked --quiet cargo-deny --version "$deny_version"
 fi
 
+# What this script started, stopped again on exit.
+stops=()
+stop_started() {
+  local s
+  for s in "${stops[@]}"; do
+    step "stopping $s"
+    eval "$s"
+  done
+}
+trap stop_started EXIT
+
 if bash scripts/kafka.sh status >/dev/null 2>&1; then
   step "using the Kafka broker that is already running"
 else
-  trap 'step "stopping Kafka"; bash scripts/kafka.sh stop' EXIT
+  stops+=("bash scripts/kafka.sh stop")
   step "starting Kafka"
   bash scripts/kafka.sh start
 fi
+# The three-broker cluster of the multi-broker tests (tests/tests/cluster.rs), on its own ports.
+export KAFKA_CLUSTER_PORT=${KAFKA_CLUSTER_PORT:-9192}
+cluster() { KAFKA_BROKERS=3 KAFKA_PORT=$KAFKA_CLUSTER_PORT bash scripts/kafka.sh "$@"; }
+if cluster status >/dev/null 2>&1; then
+  step "using the 3-broker cluster that is already running"
+  cluster resume >/dev/null
+else
+  stops+=("KAFKA_BROKERS=3 KAFKA_PORT=$KAFKA_CLUSTER_PORT bash scripts/kafka.sh stop")
+  step "starting a 3-broker Kafka cluster"
+  cluster start
+fi
+KAFKA_CLUSTER_BOOTSTRAP=$(cluster env | sed -n "s/^export KAFKA_BOOTSTRAP='\\(.*\\)'$/\\1/p")
+export KAFKA_CLUSTER_BOOTSTRAP
 # The broker's listeners, certificates and SASL user for tests (`scripts/kafka.sh env`); a
 # KAFKA_BOOTSTRAP set by the caller wins.
 bootstrap=${KAFKA_BOOTSTRAP:-}

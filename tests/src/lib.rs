@@ -3,6 +3,7 @@
 //! Every test talks to the real broker that `scripts/test.sh` starts. Nothing here skips a test when
 //! the broker is missing: the first call that needs it fails with a message that says so.
 
+pub mod cluster;
 pub mod metrics;
 
 use std::time::Duration;

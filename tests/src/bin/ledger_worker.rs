@@ -1,6 +1,6 @@
 //! A worker process for the fault tests: it handles `{seq}:{checksum}` records by sleeping, then
-//! appending `seq` to a ledger file before it returns success, with a dead-letter topic
-//! `{topic}.dlq`. Tests SIGKILL it and start it again.
+//! appending `{seq} {partition} {unix millis}` to a ledger file before it returns success, with a
+//! dead-letter topic `{topic}.dlq`. Tests SIGKILL it (or the brokers under it) and start it again.
 //!
 //! `ledger_worker BOOTSTRAP GROUP TOPIC LEDGER DELAY_MS CONCURRENCY [faults]`
 //!
@@ -90,7 +90,11 @@ async fn handle(
     if faults && number % 100 == 0 && job.attempt() == 1 {
         panic!("the first attempt of record {number} panics");
     }
-    let line = format!("{number}\n");
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    let line = format!("{number} {} {millis}\n", job.id().partition);
     let written = ledger
         .lock()
         .map_err(|_| ())

@@ -61,12 +61,25 @@ pub fn spawn_worker(
     concurrency: usize,
     faults: bool,
 ) -> anyhow::Result<Child> {
+    spawn_worker_at(&tests::bootstrap(), topic, group, ledger, delay_ms, concurrency, faults)
+}
+
+/// [`spawn_worker`] against the cluster at `bootstrap`.
+pub fn spawn_worker_at(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    ledger: &Path,
+    delay_ms: u64,
+    concurrency: usize,
+    faults: bool,
+) -> anyhow::Result<Child> {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(ledger.with_extension("log"))?;
     Command::new(WORKER)
-        .args([&tests::bootstrap(), group, topic])
+        .args([bootstrap, group, topic])
         .arg(ledger)
         .args([delay_ms.to_string(), concurrency.to_string()])
         .args(faults.then_some("faults"))
@@ -84,11 +97,40 @@ pub fn spawn_worker(
 
 /// The sequence numbers in a ledger, in order (empty before the file exists).
 pub fn ledger(path: &Path) -> Vec<usize> {
+    entries(path).into_iter().map(|e| e.seq).collect()
+}
+
+/// One ledger line: a record handled.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    pub seq: usize,
+    pub partition: i32,
+    /// When it was handled, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+}
+
+/// The ledger's lines, in order (a line cut by a kill is skipped).
+pub fn entries(path: &Path) -> Vec<Entry> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
-        .filter_map(|line| line.parse().ok())
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            Some(Entry {
+                seq: fields.next()?.parse().ok()?,
+                partition: fields.next()?.parse().ok()?,
+                at_ms: fields.next()?.parse().ok()?,
+            })
+        })
         .collect()
+}
+
+/// Now, in milliseconds since the Unix epoch (the ledger's clock).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 /// Stops a worker with SIGTERM and checks that it exits cleanly.

@@ -216,16 +216,18 @@ impl Admin {
         self.cluster.connect_any().await?.require_share_v2()
     }
 
-    /// A connection to `group`'s coordinator (FindCoordinator, key type GROUP).
+    /// The broker that coordinates `group`: its node id and address (FindCoordinator, key type
+    /// GROUP).
     ///
     /// A cluster that has just started has no coordinator yet (its internal topics are being
-    /// created): that answer is retried with backoff for up to the request timeout.
-    async fn coordinator(&self, group: &str) -> Result<Connection> {
+    /// created), nor has one whose coordinator just died: that answer is retried with backoff for
+    /// up to the request timeout.
+    pub async fn group_coordinator(&self, group: &str) -> Result<(i32, String)> {
         let mut patience = Patience::new(self.cluster.options.request_timeout);
         loop {
             let c = self.cluster.find_coordinator(group).await?;
             if c.error_code == codes::NONE {
-                return Connection::connect(&c.addr, &self.cluster.options).await;
+                return Ok((c.node_id, c.addr));
             }
             if !patience.wait_if_not_ready(c.error_code).await {
                 return Err(broker_error(
@@ -235,6 +237,12 @@ impl Admin {
                 ));
             }
         }
+    }
+
+    /// A connection to `group`'s coordinator.
+    async fn coordinator(&self, group: &str) -> Result<Connection> {
+        let (_, addr) = self.group_coordinator(group).await?;
+        Connection::connect(&addr, &self.cluster.options).await
     }
 }
 

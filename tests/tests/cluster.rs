@@ -1,0 +1,280 @@
+//! The worker on a three-broker cluster (`KAFKA_CLUSTER_BOOTSTRAP`, started by `scripts/test.sh`):
+//! every leader fetched from at once, and leaders and the group coordinator dying under a running
+//! worker process, judged by its ledger (nothing lost, duplicates within what was in flight).
+//!
+//! Each test holds the cluster alone ([`cluster::exclusive`]): they kill brokers.
+
+mod ledger_support;
+
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use ledger_support::{
+    Entry, Scratch, check_no_loss, entries, kill, ledger, now_ms, spawn_worker_at, terminate,
+};
+use tests::{cluster, ledger_record, produce, unique, wait_for};
+use tokio::time::Instant;
+use tower::service_fn;
+use worker_core::kafka::{Admin, KafkaSource, OffsetReset};
+use worker_core::{Job, Outcome, Worker};
+
+/// A topic whose partitions each have all three brokers as replicas, preferred leaders spread.
+async fn replicated_topic(partitions: usize) -> anyhow::Result<String> {
+    let topic = unique("cluster");
+    let orders: [&[i32]; 3] = [&[1, 2, 3], &[2, 3, 1], &[3, 1, 2]];
+    let replicas: Vec<&[i32]> = (0..partitions).map(|p| orders[p % 3]).collect();
+    cluster::create_topic(&topic, &replicas).await?;
+    cluster::create_topic(&format!("{topic}.dlq"), &[&[1, 2, 3]]).await?;
+    Ok(topic)
+}
+
+/// A group that starts at the earliest offset, with a 5 s lock.
+async fn group(admin: &Admin) -> anyhow::Result<String> {
+    let group = unique("cluster-group");
+    admin
+        .set_group_config(&group, "share.auto.offset.reset", "earliest")
+        .await?;
+    admin
+        .set_group_config(&group, "share.record.lock.duration.ms", "5000")
+        .await?;
+    Ok(group)
+}
+
+/// Whether the ledger shows a record of `partition` handled after `after_ms`.
+fn handled_after(ledger: &[Entry], partition: i32, after_ms: u64) -> bool {
+    ledger
+        .iter()
+        .any(|e| e.partition == partition && e.at_ms > after_ms)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_of_a_busy_broker_never_wait_behind_an_idle_brokers_long_poll()
+-> anyhow::Result<()> {
+    const RECORDS: usize = 200;
+    let _cluster = cluster::exclusive().await?;
+    let bootstrap = cluster::bootstrap();
+    let admin = Admin::connect(&bootstrap).await?;
+    // Partition p lives on broker p + 1 alone: records only on partition 0 leave brokers 2 and 3
+    // with nothing but long polls.
+    let topic = unique("busy-and-idle");
+    cluster::create_topic(&topic, &[&[1], &[2], &[3]]).await?;
+    let group = unique("busy-and-idle-group");
+    produce(
+        &cluster::producer()?,
+        &topic,
+        Some(0),
+        (0..RECORDS).map(ledger_record),
+    )
+    .await?;
+
+    let handled = Arc::new(AtomicUsize::new(0));
+    let counter = handled.clone();
+    let source = KafkaSource::builder(bootstrap.as_str(), group.as_str())
+        .topic(topic.as_str())
+        .offset_reset(OffsetReset::Earliest)
+        .max_wait(Duration::from_secs(5))
+        .build()
+        .await?;
+    let worker = Worker::builder(source)
+        .route(
+            topic.as_str(),
+            service_fn(move |_job: Job| {
+                let counter = counter.clone();
+                async move {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, Infallible>(Outcome::Accept)
+                }
+            }),
+        )
+        .concurrency(4)
+        .build()?;
+    let shutdown = worker.shutdown_handle();
+    let running = tokio::spawn(worker.run());
+
+    wait_for("the first record", Duration::from_secs(30), async || {
+        Ok(handled.load(Ordering::SeqCst) > 0)
+    })
+    .await?;
+    // Four records per fetch: 50 fetches of the busy broker. Were each to wait behind a 5 s long
+    // poll of an idle broker, this would take minutes.
+    let first = Instant::now();
+    wait_for(
+        "every record of the busy broker",
+        Duration::from_secs(15),
+        async || Ok(handled.load(Ordering::SeqCst) >= RECORDS),
+    )
+    .await?;
+    let took = first.elapsed();
+    wait_for("the lag to reach 0", Duration::from_secs(15), async || {
+        Ok(admin.share_group_lag(&group, &topic).await? == 0)
+    })
+    .await?;
+    shutdown.shutdown();
+    let summary = running.await??;
+    ensure!(
+        summary.accepted == RECORDS as u64,
+        "accepted {} of {RECORDS}: {summary:?}",
+        summary.accepted
+    );
+    eprintln!("{RECORDS} records of one broker in {took:?} while two others long-polled");
+    Ok(())
+}
+
+/// The ledger worker consuming `records` records of a six-partition replicated topic while
+/// `fault` runs once a third of them are handled; everything is then handled exactly once or
+/// more, with duplicates within twice the concurrency.
+async fn survives(
+    name: &str,
+    records: usize,
+    fault: impl AsyncFnOnce(&str, &str, &std::path::Path) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    const CONCURRENCY: usize = 32;
+    let bootstrap = cluster::bootstrap();
+    let admin = Admin::connect(&bootstrap).await?;
+    let topic = replicated_topic(6).await?;
+    let group = group(&admin).await?;
+    produce(
+        &cluster::producer()?,
+        &topic,
+        None,
+        (0..records).map(ledger_record),
+    )
+    .await?;
+    let scratch = Scratch::new()?;
+    let path = scratch.0.join("ledger");
+    let worker = spawn_worker_at(&bootstrap, &topic, &group, &path, 50, CONCURRENCY, false)?;
+    let started = async {
+        wait_for("a third of the records", Duration::from_secs(90), async || {
+            Ok(ledger(&path).len() >= records / 3)
+        })
+        .await?;
+        fault(&topic, &group, &path).await?;
+        wait_for("every record", Duration::from_secs(180), async || {
+            Ok(ledger(&path).iter().collect::<BTreeSet<_>>().len() >= records)
+        })
+        .await?;
+        wait_for("the lag to reach 0", Duration::from_secs(60), async || {
+            Ok(admin.share_group_lag(&group, &topic).await? == 0)
+        })
+        .await
+    }
+    .await;
+    let log = path.with_extension("log");
+    if let Err(err) = started {
+        kill(worker).await?;
+        return Err(err.context(format!(
+            "{name}; the worker's log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )));
+    }
+    terminate(worker, &log).await?;
+    let duplicates = check_no_loss(records, &ledger(&path), &Default::default())?;
+    ensure!(
+        duplicates <= 2 * CONCURRENCY,
+        "{duplicates} duplicates, more than twice the {CONCURRENCY} records in flight"
+    );
+    let summary = std::fs::read_to_string(&log)?
+        .lines()
+        .find(|l| l.contains("ledger_worker: Summary"))
+        .map(str::to_owned)
+        .context("the worker printed no summary")?;
+    eprintln!("{name}: {duplicates} duplicates; {summary}");
+    Ok(())
+}
+
+/// Waits until every partition `killed` led has another leader, then until the worker handles a
+/// record of each of them, which must take at most 10 s.
+async fn resumes_moved_partitions(
+    topic: &str,
+    path: &std::path::Path,
+    killed: i32,
+    moved: &[i32],
+) -> anyhow::Result<()> {
+    wait_for("new leaders", Duration::from_secs(30), async || {
+        let leaders = cluster::leaders(topic).await?;
+        Ok(leaders
+            .iter()
+            .filter(|(p, _)| moved.contains(p))
+            .all(|(_, l)| *l >= 0 && *l != killed))
+    })
+    .await?;
+    let known = now_ms();
+    let since = Instant::now();
+    wait_for(
+        "records of the moved partitions handled",
+        Duration::from_secs(30),
+        async || {
+            let ledger = entries(path);
+            Ok(moved.iter().all(|p| handled_after(&ledger, *p, known)))
+        },
+    )
+    .await?;
+    let took = since.elapsed();
+    ensure!(
+        took <= Duration::from_secs(10),
+        "the moved partitions {moved:?} resumed {took:?} after their new leaders were known"
+    );
+    eprintln!("partitions {moved:?} resumed {took:?} after their new leaders were known");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_leader_killed_mid_run_loses_nothing() -> anyhow::Result<()> {
+    let _cluster = cluster::exclusive().await?;
+    survives(
+        "leader killed",
+        6_000,
+        async |topic: &str, _group: &str, path: &std::path::Path| {
+            let leader = cluster::leader(topic, 0).await?;
+            let moved: Vec<i32> = cluster::leaders(topic)
+                .await?
+                .into_iter()
+                .filter(|(_, l)| *l == leader)
+                .map(|(p, _)| p)
+                .collect();
+            cluster::kill_broker(leader).await?;
+            resumes_moved_partitions(topic, path, leader, &moved).await?;
+            cluster::resume_broker(leader).await
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_group_coordinator_killed_mid_run_loses_nothing() -> anyhow::Result<()> {
+    let _cluster = cluster::exclusive().await?;
+    survives(
+        "coordinator killed",
+        6_000,
+        async |topic: &str, group: &str, path: &std::path::Path| {
+            let admin = Admin::connect(cluster::bootstrap()).await?;
+            let (coordinator, _) = admin.group_coordinator(group).await?;
+            let moved: Vec<i32> = cluster::leaders(topic)
+                .await?
+                .into_iter()
+                .filter(|(_, l)| *l == coordinator)
+                .map(|(p, _)| p)
+                .collect();
+            cluster::kill_broker(coordinator).await?;
+            let handled = ledger(path).len();
+            resumes_moved_partitions(topic, path, coordinator, &moved).await?;
+            // Membership moved with the coordinator: the worker keeps going on every partition.
+            wait_for(
+                "progress with the coordinator gone",
+                Duration::from_secs(30),
+                async || Ok(ledger(path).len() >= handled + 300),
+            )
+            .await?;
+            wait_for("the coordinator to move", Duration::from_secs(30), async || {
+                Ok(admin.group_coordinator(group).await?.0 != coordinator)
+            })
+            .await?;
+            cluster::resume_broker(coordinator).await
+        },
+    )
+    .await
+}
