@@ -274,6 +274,11 @@ listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.se
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker";
 listener.name.sasl_ssl.connections.max.reauth.ms=$reauth_ms
+PROPS
+    fi
+    # Every node, the controller too: it creates topics with these defaults and checks group
+    # configs against the group.share.min.* limits.
+    cat <<PROPS
 num.partitions=1
 default.replication.factor=$rf
 auto.create.topics.enable=false
@@ -293,7 +298,6 @@ group.share.heartbeat.interval.ms=1000
 group.share.min.session.timeout.ms=6000
 group.share.session.timeout.ms=10000
 PROPS
-    fi
   } >"$run/server.properties"
   cat >"$run/log4j2.properties" <<PROPS
 status = error

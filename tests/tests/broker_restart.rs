@@ -34,6 +34,7 @@ impl PrivateBroker {
             .arg(action)
             .env("KAFKA_PORT", self.port.to_string())
             .env_remove("KAFKA_CONTROLLER_PORT")
+            .env_remove("KAFKA_BROKERS")
             .status()
             .await
             .with_context(|| format!("running scripts/kafka.sh {action}"))?;
@@ -61,6 +62,7 @@ impl Drop for PrivateBroker {
             .arg(Self::script())
             .arg("stop")
             .env("KAFKA_PORT", self.port.to_string())
+            .env_remove("KAFKA_BROKERS")
             .status();
     }
 }
