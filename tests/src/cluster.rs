@@ -48,7 +48,10 @@ async fn script(args: &[&str]) -> anyhow::Result<()> {
         .status()
         .await
         .with_context(|| format!("running scripts/kafka.sh {args:?}"))?;
-    ensure!(status.success(), "scripts/kafka.sh {args:?} failed: {status}");
+    ensure!(
+        status.success(),
+        "scripts/kafka.sh {args:?} failed: {status}"
+    );
     Ok(())
 }
 

@@ -52,8 +52,8 @@ fn handled_after(ledger: &[Entry], partition: i32, after_ms: u64) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn records_of_a_busy_broker_never_wait_behind_an_idle_brokers_long_poll()
--> anyhow::Result<()> {
+async fn records_of_a_busy_broker_never_wait_behind_an_idle_brokers_long_poll() -> anyhow::Result<()>
+{
     const RECORDS: usize = 200;
     let _cluster = cluster::exclusive().await?;
     let bootstrap = cluster::bootstrap();
@@ -148,9 +148,11 @@ async fn survives(
     let path = scratch.0.join("ledger");
     let worker = spawn_worker_at(&bootstrap, &topic, &group, &path, 50, CONCURRENCY, false)?;
     let started = async {
-        wait_for("a third of the records", Duration::from_secs(90), async || {
-            Ok(ledger(&path).len() >= records / 3)
-        })
+        wait_for(
+            "a third of the records",
+            Duration::from_secs(90),
+            async || Ok(ledger(&path).len() >= records / 3),
+        )
         .await?;
         fault(&topic, &group, &path).await?;
         wait_for("every record", Duration::from_secs(180), async || {
@@ -182,6 +184,17 @@ async fn survives(
         .find(|l| l.contains("ledger_worker: Summary"))
         .map(str::to_owned)
         .context("the worker printed no summary")?;
+    // Every duplicate was an acknowledgement the worker saw fail: it counted it.
+    let counted: usize = summary
+        .split("possible_duplicates: ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .context("no possible_duplicates in the summary")?;
+    ensure!(
+        duplicates <= counted,
+        "{duplicates} duplicates but the worker counted {counted} possible ones: {summary}"
+    );
     eprintln!("{name}: {duplicates} duplicates; {summary}");
     Ok(())
 }
@@ -269,9 +282,11 @@ async fn the_group_coordinator_killed_mid_run_loses_nothing() -> anyhow::Result<
                 async || Ok(ledger(path).len() >= handled + 300),
             )
             .await?;
-            wait_for("the coordinator to move", Duration::from_secs(30), async || {
-                Ok(admin.group_coordinator(group).await?.0 != coordinator)
-            })
+            wait_for(
+                "the coordinator to move",
+                Duration::from_secs(30),
+                async || Ok(admin.group_coordinator(group).await?.0 != coordinator),
+            )
             .await?;
             cluster::resume_broker(coordinator).await
         },

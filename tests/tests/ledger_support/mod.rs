@@ -61,7 +61,15 @@ pub fn spawn_worker(
     concurrency: usize,
     faults: bool,
 ) -> anyhow::Result<Child> {
-    spawn_worker_at(&tests::bootstrap(), topic, group, ledger, delay_ms, concurrency, faults)
+    spawn_worker_at(
+        &tests::bootstrap(),
+        topic,
+        group,
+        ledger,
+        delay_ms,
+        concurrency,
+        faults,
+    )
 }
 
 /// [`spawn_worker`] against the cluster at `bootstrap`.

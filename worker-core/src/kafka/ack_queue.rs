@@ -9,10 +9,9 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::acks;
-use super::error_codes as codes;
 use super::codec::{PartitionAcks, TopicAcks};
+use super::error_codes as codes;
 use crate::source::{AckError, AckSender};
-
 
 /// The most acknowledgements nobody waits for (GAP, releases of what a fetch could not use) that
 /// may wait at once. The runtime's own acknowledgements are bounded by its slots; these come from

@@ -236,7 +236,10 @@ mod tests {
         }
         for room in [4, 5, 17, 1000, u32::MAX] {
             let plan = f.plan(room, &[1, 2, 3, 4]);
-            assert_eq!(plan.iter().map(|(_, b)| u64::from(*b)).sum::<u64>(), u64::from(room));
+            assert_eq!(
+                plan.iter().map(|(_, b)| u64::from(*b)).sum::<u64>(),
+                u64::from(room)
+            );
             assert!(plan.iter().all(|(_, b)| *b >= 1));
         }
     }
@@ -264,7 +267,10 @@ mod tests {
         f.sent(3, 1, rx);
         drop(tx);
         let answers = f.answers().await;
-        assert_eq!(answers[0].outcome.as_ref().unwrap_err().kind(), ErrorKind::Closed);
+        assert_eq!(
+            answers[0].outcome.as_ref().unwrap_err().kind(),
+            ErrorKind::Closed
+        );
         assert!(f.is_empty());
     }
 }

@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::ack_queue::{
-    AckQueue, Listed, PendingAck, SessionShared, ack_error, ack_topics, answer_all, drop_duplicates,
-    fail_all, to_topics,
+    AckQueue, Listed, PendingAck, SessionShared, ack_error, ack_topics, answer_all,
+    drop_duplicates, fail_all, to_topics,
 };
 use super::cluster::Cluster;
 use super::codec::{self, FetchParams, SessionKey, ShareResponse};

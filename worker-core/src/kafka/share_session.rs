@@ -62,7 +62,11 @@ impl ShareSession {
     }
 
     /// What a fetch of `wanted` carrying `riding` must list and forget.
-    pub(crate) fn plan_fetch(&self, wanted: &BTreeSet<Partition>, riding: &[PendingAck]) -> FetchPlan {
+    pub(crate) fn plan_fetch(
+        &self,
+        wanted: &BTreeSet<Partition>,
+        riding: &[PendingAck],
+    ) -> FetchPlan {
         let mut listed: Listed = wanted
             .iter()
             .filter(|tp| !self.is_open() || !self.partitions.contains(tp))
@@ -144,20 +148,29 @@ mod tests {
         let mut s = ShareSession::default();
         let wanted = set(&[(t, 0), (t, 1)]);
         let plan = s.plan_fetch(&wanted, &[]);
-        assert_eq!(plan.listed.keys().copied().collect::<Vec<_>>(), vec![(t, 0), (t, 1)]);
+        assert_eq!(
+            plan.listed.keys().copied().collect::<Vec<_>>(),
+            vec![(t, 0), (t, 1)]
+        );
         assert!(plan.forgotten.is_empty());
         s.fetched(plan.listed.keys(), &plan.forgotten);
         assert_eq!(s.epoch(), 1);
 
         // Same partitions: nothing listed but the partition an acknowledgement rides for.
         let plan = s.plan_fetch(&wanted, &[ack(t, 1, 5)]);
-        assert_eq!(plan.listed.keys().copied().collect::<Vec<_>>(), vec![(t, 1)]);
+        assert_eq!(
+            plan.listed.keys().copied().collect::<Vec<_>>(),
+            vec![(t, 1)]
+        );
         assert_eq!(plan.listed[&(t, 1)], vec![(5, 5, 1)]);
         s.fetched(plan.listed.keys(), &plan.forgotten);
 
         // Partition 1 revoked, 2 assigned: 2 listed, 1 forgotten.
         let plan = s.plan_fetch(&set(&[(t, 0), (t, 2)]), &[]);
-        assert_eq!(plan.listed.keys().copied().collect::<Vec<_>>(), vec![(t, 2)]);
+        assert_eq!(
+            plan.listed.keys().copied().collect::<Vec<_>>(),
+            vec![(t, 2)]
+        );
         assert_eq!(plan.forgotten, vec![(t, vec![1])]);
         s.fetched(plan.listed.keys(), &plan.forgotten);
         assert_eq!(s.epoch(), 3);
@@ -187,6 +200,10 @@ mod tests {
         s.reset();
         assert!(!s.is_open());
         let plan = s.plan_fetch(&set(&[(t, 0)]), &[]);
-        assert_eq!(plan.listed.len(), 1, "a new session lists its partitions again");
+        assert_eq!(
+            plan.listed.len(),
+            1,
+            "a new session lists its partitions again"
+        );
     }
 }

@@ -16,9 +16,9 @@ use super::admin::Admin;
 use super::cluster::Cluster;
 use super::config::{KafkaConfig, OffsetReset};
 use super::connection::ConnectOptions;
+use super::fetches::Fetches;
 use super::membership::{self, MemberSpec, MemberState};
 use super::records::InflateLimits;
-use super::fetches::Fetches;
 use super::session::{self, FetchJob, FetchOutcome, SessionConfig, SessionHandle};
 use crate::security::Prepared;
 use crate::source::{AckError, AckKind, AckReceipt, Delivery, DeliveryId, Lease, ShareSource};
@@ -58,6 +58,9 @@ struct Inner {
     paused: Mutex<HashSet<Arc<str>>>,
     /// Wakes a fetch that waits because every assigned topic is paused.
     resumed: tokio::sync::Notify,
+    /// Counts acknowledgements handed over: each frees the runtime a slot, which a fetch call
+    /// still waiting may give to a broker it could not ask for lack of slots.
+    freed: watch::Sender<u64>,
 }
 
 impl Drop for Inner {
@@ -153,6 +156,7 @@ impl KafkaSource {
                 closed: AtomicBool::new(false),
                 paused: Mutex::new(HashSet::new()),
                 resumed: tokio::sync::Notify::new(),
+                freed: watch::Sender::new(0),
             }),
         })
     }
@@ -318,6 +322,8 @@ impl Inner {
 
     /// Sends a fetch to every leader with none in flight, sharing out the slots the fetches in
     /// flight do not hold, then returns what the first broker (and any other already) answered.
+    /// A slot freed meanwhile (an acknowledgement handed over) goes to a leader still waiting for
+    /// one, so an idle broker's long poll never holds the others back.
     async fn fetch(&self, max_records: u32) -> Result<Vec<Delivery>> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::new(ErrorKind::Closed, "the source is closed"));
@@ -327,6 +333,8 @@ impl Inner {
         if let Some(err) = fetches.take_deferred() {
             return Err(err);
         }
+        let mut freed = self.freed.subscribe();
+        let freed_before = *freed.borrow_and_update();
         let mut member = self.member.clone();
         let mut state = self.check_member()?;
         if state.assignment.is_empty() && fetches.is_empty() {
@@ -338,45 +346,67 @@ impl Inner {
         }
         let mut by_leader = self.partitions_by_leader(&state.assignment).await?;
         let all_paused = self.drop_paused(&mut by_leader);
-        let room = max_records.saturating_sub(fetches.outstanding());
-        let idle: Vec<i32> = by_leader
-            .keys()
-            .copied()
-            .filter(|node| !fetches.busy(*node))
-            .collect();
-        for (node, budget) in fetches.plan(room, &idle) {
-            let Some(partitions) = by_leader.remove(&node) else {
-                continue;
-            };
-            let jobs = self.session_jobs(node)?;
-            let (tx, rx) = oneshot::channel();
-            jobs.send(FetchJob {
-                partitions,
-                max_records: budget,
-                max_wait: self.config.max_wait,
-                reply: tx,
-            })
-            .await
-            .map_err(|_| Error::new(ErrorKind::Closed, "the source is closed"))?;
-            fetches.sent(node, budget, rx);
-        }
-        if fetches.is_empty() {
-            if all_paused {
-                // Everything assigned is paused: wait for a resume (or the usual wait) instead
-                // of spinning on empty answers.
-                let _ = tokio::time::timeout(self.config.max_wait, self.resumed.notified()).await;
-            } else {
-                tokio::time::sleep(self.config.max_wait.min(Duration::from_millis(100))).await;
+        let answers = loop {
+            let freed_since = freed.borrow_and_update().wrapping_sub(freed_before);
+            let slots = u64::from(max_records).saturating_add(freed_since);
+            let room = u32::try_from(slots)
+                .unwrap_or(u32::MAX)
+                .saturating_sub(fetches.outstanding());
+            let idle: Vec<i32> = by_leader
+                .keys()
+                .copied()
+                .filter(|node| !fetches.busy(*node))
+                .collect();
+            for (node, budget) in fetches.plan(room, &idle) {
+                let Some(partitions) = by_leader.remove(&node) else {
+                    continue;
+                };
+                let jobs = self.session_jobs(node)?;
+                let (tx, rx) = oneshot::channel();
+                jobs.send(FetchJob {
+                    partitions,
+                    max_records: budget,
+                    max_wait: self.config.max_wait,
+                    reply: tx,
+                })
+                .await
+                .map_err(|_| Error::new(ErrorKind::Closed, "the source is closed"))?;
+                fetches.sent(node, budget, rx);
             }
-            return Ok(Vec::new());
-        }
+            if fetches.is_empty() {
+                if all_paused {
+                    // Everything assigned is paused: wait for a resume (or the usual wait)
+                    // instead of spinning on empty answers.
+                    let _ =
+                        tokio::time::timeout(self.config.max_wait, self.resumed.notified()).await;
+                } else {
+                    tokio::time::sleep(self.config.max_wait.min(Duration::from_millis(100))).await;
+                }
+                return Ok(Vec::new());
+            }
+            // Leaders still without a fetch wait for a slot to be freed.
+            let starved = by_leader.keys().any(|node| !fetches.busy(*node));
+            tokio::select! {
+                answers = fetches.answers() => break answers,
+                Ok(()) = freed.changed(), if starved => {}
+            }
+        };
         let mut out = Vec::new();
         let mut failed = None;
-        for answer in fetches.answers().await {
+        for answer in answers {
             match answer.outcome {
                 Ok(outcome) => self.deliveries(outcome, &mut out)?,
                 Err(err) => {
-                    tracing::debug!(node = answer.node, error = %err, "ShareFetch failed");
+                    // A broker that cannot be reached may have lost its partitions to another:
+                    // the next call looks at the metadata again.
+                    self.forget_leaders();
+                    if matches!(err.kind(), ErrorKind::Io | ErrorKind::Broker)
+                        && !fetches.is_empty()
+                    {
+                        // The other brokers go on; this one's session driver backs off.
+                        tracing::warn!(node = answer.node, error = %err, "ShareFetch failed");
+                        continue;
+                    }
                     failed.get_or_insert(err);
                 }
             }
@@ -391,12 +421,17 @@ impl Inner {
         }
     }
 
+    /// Makes the next fetch read the partition leaders again.
+    fn forget_leaders(&self) {
+        if let Ok(mut t) = self.topics.lock() {
+            t.refreshed = None;
+        }
+    }
+
     /// Turns what one broker's fetch acquired into deliveries, appended to `out`.
     fn deliveries(&self, outcome: FetchOutcome, out: &mut Vec<Delivery>) -> Result<()> {
-        if outcome.leader_moved
-            && let Ok(mut t) = self.topics.lock()
-        {
-            t.refreshed = None;
+        if outcome.leader_moved {
+            self.forget_leaders();
         }
         let acquired_at = outcome.sent_at.unwrap_or_else(Instant::now);
         let names = self
@@ -455,6 +490,9 @@ impl Inner {
         let Some(shared) = shared else {
             return AckReceipt::ready(Err(AckError::SessionLost));
         };
+        if !renew {
+            self.freed.send_modify(|n| *n = n.wrapping_add(1));
+        }
         let (tx, rx) = AckReceipt::channel();
         shared.enqueue(
             PendingAck {
