@@ -81,3 +81,34 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 
 step "cargo test"
 cargo test --workspace --all-features
+
+# The version matrix: the real-broker suites of the native client, the admin client, the runtime,
+# the dead-letter sink and the binary again on each newer Kafka release, each on a broker of its
+# own (KAFKA_MATRIX: the releases, space-separated; empty to skip). Then a Kafka 4.1 broker, which
+# must be refused at start with a clear error.
+matrix_suites=(--test kafka_client --test admin --test runtime_kafka --test policy --test dlq)
+matrix_port=9592
+for version in ${KAFKA_MATRIX-4.3.1 4.4.0}; do
+  step "Kafka $version: the native client, admin, runtime, DLQ and binary suites"
+  broker() { KAFKA_VERSION=$version KAFKA_PORT=$matrix_port bash scripts/kafka.sh "$@"; }
+  stops+=("KAFKA_VERSION=$version KAFKA_PORT=$matrix_port bash scripts/kafka.sh stop")
+  broker start
+  (
+    eval "$(broker env)"
+    export KAFKA_VERSION=$version
+    cargo test -p tests --all-features "${matrix_suites[@]}"
+    cargo test -p worker-core --all-features --test cli
+  )
+  broker stop
+  matrix_port=$((matrix_port + 10))
+done
+
+old_version=${KAFKA_OLD_VERSION-4.1.2}
+if [[ -n $old_version ]]; then
+  step "Kafka $old_version: refused at start"
+  stops+=("KAFKA_VERSION=$old_version KAFKA_PORT=9692 bash scripts/kafka.sh stop")
+  KAFKA_VERSION=$old_version KAFKA_PORT=9692 bash scripts/kafka.sh start
+  KAFKA_OLD_BROKER_BOOTSTRAP=127.0.0.1:9692 \
+    cargo test -p tests --all-features --test old_broker -- --ignored
+  KAFKA_VERSION=$old_version KAFKA_PORT=9692 bash scripts/kafka.sh stop
+fi

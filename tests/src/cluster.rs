@@ -65,6 +65,68 @@ pub async fn resume_broker(node: i32) -> anyhow::Result<()> {
     script(&["resume-broker", &node.to_string()]).await
 }
 
+/// Moves the replicas of `topic`'s partitions to `replicas` (partition, its new replica list)
+/// with Kafka's `kafka-reassign-partitions` tool, and waits until the tool reports it done.
+pub async fn reassign(topic: &str, replicas: &[(i32, Vec<i32>)]) -> anyhow::Result<()> {
+    let partitions: Vec<String> = replicas
+        .iter()
+        .map(|(p, r)| {
+            let r: Vec<String> = r.iter().map(i32::to_string).collect();
+            format!(
+                r#"{{"topic":"{topic}","partition":{p},"replicas":[{}]}}"#,
+                r.join(",")
+            )
+        })
+        .collect();
+    let plan = format!(r#"{{"version":1,"partitions":[{}]}}"#, partitions.join(","));
+    let file = std::env::temp_dir().join(format!("{}.json", crate::unique("reassign")));
+    std::fs::write(&file, plan)?;
+    let file_arg = file.to_string_lossy().into_owned();
+    let bootstrap = bootstrap();
+    let tool = [
+        "tool",
+        "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
+        "--bootstrap-server",
+        &bootstrap,
+        "--reassignment-json-file",
+        &file_arg,
+    ];
+    let result = async {
+        script(&[&tool[..], &["--execute"]].concat()).await?;
+        crate::wait_for("the reassignment", Duration::from_secs(60), async || {
+            let output = tool_output(&[&tool[..], &["--verify"]].concat()).await?;
+            Ok(!output.contains("still in progress"))
+        })
+        .await
+    }
+    .await;
+    let _ = std::fs::remove_file(&file);
+    result
+}
+
+/// What `scripts/kafka.sh ARGS` prints (stdout and stderr), failing if it fails.
+async fn tool_output(args: &[&str]) -> anyhow::Result<String> {
+    let script = format!("{}/../scripts/kafka.sh", env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new("bash")
+        .arg(script)
+        .args(args)
+        .env("KAFKA_BROKERS", BROKERS.to_string())
+        .env("KAFKA_PORT", port())
+        .output()
+        .await
+        .with_context(|| format!("running scripts/kafka.sh {args:?}"))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    ensure!(
+        output.status.success(),
+        "scripts/kafka.sh {args:?} failed: {text}"
+    );
+    Ok(text)
+}
+
 static EXCLUSIVE: Mutex<()> = Mutex::const_new(());
 
 /// The cluster for one test alone, every broker up (one a failed test left down is restarted).

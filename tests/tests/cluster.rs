@@ -199,12 +199,22 @@ async fn survives(
     Ok(())
 }
 
-/// Waits until every partition `killed` led has another leader, then until the worker handles a
-/// record of each of them, which must take at most 10 s.
+/// The partitions of `topic` `node` leads now.
+async fn led_by(topic: &str, node: i32) -> anyhow::Result<Vec<i32>> {
+    Ok(cluster::leaders(topic)
+        .await?
+        .into_iter()
+        .filter(|(_, l)| *l == node)
+        .map(|(p, _)| p)
+        .collect())
+}
+
+/// Waits until none of the `moved` partitions is led by `old` any more, then until the worker
+/// handles a record of each of them, which must take at most 10 s.
 async fn resumes_moved_partitions(
     topic: &str,
     path: &std::path::Path,
-    killed: i32,
+    old: i32,
     moved: &[i32],
 ) -> anyhow::Result<()> {
     wait_for("new leaders", Duration::from_secs(30), async || {
@@ -212,7 +222,7 @@ async fn resumes_moved_partitions(
         Ok(leaders
             .iter()
             .filter(|(p, _)| moved.contains(p))
-            .all(|(_, l)| *l >= 0 && *l != killed))
+            .all(|(_, l)| *l >= 0 && *l != old))
     })
     .await?;
     let known = now_ms();
@@ -243,12 +253,7 @@ async fn a_partition_leader_killed_mid_run_loses_nothing() -> anyhow::Result<()>
         6_000,
         async |topic: &str, _group: &str, path: &std::path::Path| {
             let leader = cluster::leader(topic, 0).await?;
-            let moved: Vec<i32> = cluster::leaders(topic)
-                .await?
-                .into_iter()
-                .filter(|(_, l)| *l == leader)
-                .map(|(p, _)| p)
-                .collect();
+            let moved = led_by(topic, leader).await?;
             cluster::kill_broker(leader).await?;
             resumes_moved_partitions(topic, path, leader, &moved).await?;
             cluster::resume_broker(leader).await
@@ -266,12 +271,7 @@ async fn the_group_coordinator_killed_mid_run_loses_nothing() -> anyhow::Result<
         async |topic: &str, group: &str, path: &std::path::Path| {
             let admin = Admin::connect(cluster::bootstrap()).await?;
             let (coordinator, _) = admin.group_coordinator(group).await?;
-            let moved: Vec<i32> = cluster::leaders(topic)
-                .await?
-                .into_iter()
-                .filter(|(_, l)| *l == coordinator)
-                .map(|(p, _)| p)
-                .collect();
+            let moved = led_by(topic, coordinator).await?;
             cluster::kill_broker(coordinator).await?;
             let handled = ledger(path).len();
             resumes_moved_partitions(topic, path, coordinator, &moved).await?;
@@ -289,6 +289,24 @@ async fn the_group_coordinator_killed_mid_run_loses_nothing() -> anyhow::Result<
             )
             .await?;
             cluster::resume_broker(coordinator).await
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_reassigned_mid_run_lose_nothing() -> anyhow::Result<()> {
+    let _cluster = cluster::exclusive().await?;
+    survives(
+        "partitions reassigned",
+        6_000,
+        async |topic: &str, _group: &str, path: &std::path::Path| {
+            // Every partition broker 1 leads moves to brokers 2 and 3 alone: its leader changes.
+            let moved = led_by(topic, 1).await?;
+            ensure!(!moved.is_empty(), "broker 1 leads no partition of {topic}");
+            let plan: Vec<(i32, Vec<i32>)> = moved.iter().map(|p| (*p, vec![2, 3])).collect();
+            cluster::reassign(topic, &plan).await?;
+            resumes_moved_partitions(topic, path, 1, &moved).await
         },
     )
     .await

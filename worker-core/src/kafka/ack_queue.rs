@@ -231,6 +231,7 @@ mod tests {
         assert_eq!(ack_error(121, None), AckError::LockLost);
         assert_eq!(ack_error(6, None), AckError::LeaderMoved);
         assert_eq!(ack_error(74, None), AckError::LeaderMoved);
+        assert_eq!(ack_error(3, None), AckError::LeaderMoved);
         // SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_LIMIT_REACHED
         for code in [122, 123, 133] {
             assert_eq!(ack_error(code, None), AckError::SessionLost);

@@ -96,9 +96,13 @@ pub(crate) fn ends_session(code: i16) -> bool {
     )
 }
 
-/// Whether `code` says the partition's leader moved: refresh metadata.
+/// Whether `code` says the partition is not led here any more (its leader moved, or its replicas
+/// were reassigned away from this broker): refresh metadata.
 pub(crate) fn leader_moved(code: i16) -> bool {
-    matches!(code, NOT_LEADER_OR_FOLLOWER | FENCED_LEADER_EPOCH)
+    matches!(
+        code,
+        NOT_LEADER_OR_FOLLOWER | FENCED_LEADER_EPOCH | UNKNOWN_TOPIC_OR_PARTITION
+    )
 }
 
 /// Whether `code` refuses access (topic, group or cluster authorization).
