@@ -86,7 +86,7 @@ cargo test --workspace --all-features
 # the dead-letter sink and the binary again on each newer Kafka release, each on a broker of its
 # own (KAFKA_MATRIX: the releases, space-separated; empty to skip). Then a Kafka 4.1 broker, which
 # must be refused at start with a clear error.
-matrix_suites=(--test kafka_client --test admin --test runtime_kafka --test policy --test dlq)
+matrix_suites=(--test kafka_client --test admin --test runtime_kafka --test policy --test dlq --test renewal_off)
 matrix_port=9592
 for version in ${KAFKA_MATRIX-4.3.1 4.4.0}; do
   step "Kafka $version: the native client, admin, runtime, DLQ and binary suites"

@@ -21,7 +21,9 @@ use super::membership::{self, MemberSpec, MemberState};
 use super::records::InflateLimits;
 use super::session::{self, FetchJob, FetchOutcome, SessionConfig, SessionHandle};
 use crate::security::Prepared;
-use crate::source::{AckError, AckKind, AckReceipt, Delivery, DeliveryId, Lease, ShareSource};
+use crate::source::{
+    AckError, AckKind, AckReceipt, Delivery, DeliveryId, Lease, Renewal, ShareSource,
+};
 use crate::{Error, ErrorKind, Result};
 
 /// A share-group consumer speaking the share RPCs natively: pipelined `record_limit` fetches,
@@ -559,6 +561,20 @@ impl ShareSource for KafkaSource {
         } else if set.remove(topic) {
             self.inner.resumed.notify_waiters();
         }
+    }
+
+    /// The group's `share.renew.acknowledge.enable` (Kafka 4.3+; RENEW is always there before)
+    /// and lock duration, read once through the admin API.
+    async fn renewal(&self) -> Result<Renewal> {
+        let config = &self.inner.config;
+        let admin =
+            super::Admin::connect_with(config.bootstrap.join(","), &config.security).await?;
+        let renewal = admin.renewal(&config.group).await?;
+        Ok(if renewal.enabled {
+            Renewal::Available
+        } else {
+            Renewal::Disabled { lock: renewal.lock }
+        })
     }
 
     /// The group's `share.delivery.count.limit` (Kafka 4.3+), else the broker's

@@ -22,6 +22,8 @@ pub(crate) struct Config {
     pub(crate) policy: PolicyConfig,
     /// How often the group's delivery-count limit is read again.
     pub(crate) limit_refresh: Duration,
+    /// Whether locks are renewed: `false` when the group refuses RENEW (read at start).
+    pub(crate) renewal: bool,
 }
 
 impl Default for Config {
@@ -34,6 +36,7 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(30),
             policy: PolicyConfig::default(),
             limit_refresh: Duration::from_secs(60),
+            renewal: true,
         }
     }
 }
@@ -67,10 +70,11 @@ impl Config {
             .unwrap_or_else(|| (self.concurrency / 2).max(1))
     }
 
-    /// How often to renew a lock of `lock` duration; `None` when the source reports no lock.
+    /// How often to renew a lock of `lock` duration; `None` when the source reports no lock or
+    /// the group refuses renewal.
     pub(crate) fn renew_every(&self, lock: Duration) -> Option<Duration> {
         let every = lock.mul_f64(self.renew_at);
-        (!every.is_zero()).then_some(every)
+        (self.renewal && !every.is_zero()).then_some(every)
     }
 }
 

@@ -90,6 +90,7 @@ mod lifecycle;
 mod limit;
 mod observer;
 mod receipt;
+mod renewal;
 mod routes;
 mod shutdown;
 mod slots;
@@ -157,13 +158,22 @@ impl<S: ShareSource> Worker<S> {
         let Worker {
             source,
             routes,
-            config,
+            mut config,
             shutdown,
             health,
             meter,
         } = self;
-        let limit = match limit::read_at_start(&source, &config.policy).await {
-            Ok(limit) => limit,
+        let started = async {
+            let limit = limit::read_at_start(&source, &config.policy).await?;
+            let renewal = renewal::check_at_start(&source, &config, &routes).await?;
+            Ok::<_, crate::Error>((limit, renewal))
+        }
+        .await;
+        let limit = match started {
+            Ok((limit, renewal)) => {
+                config.renewal = renewal;
+                limit
+            }
             Err(err) => {
                 if let Err(close) = source.close().await {
                     tracing::warn!(error = %close, "closing the source after a failed start");

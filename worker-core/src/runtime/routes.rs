@@ -91,6 +91,15 @@ impl<Svc> Routes<Svc> {
         true
     }
 
+    /// The longest job timeout of any route, `default` standing in for routes without their own.
+    pub(crate) fn longest_timeout(&self, default: Duration) -> Duration {
+        self.routes
+            .iter()
+            .map(|r| r.timeout.unwrap_or(default))
+            .max()
+            .unwrap_or(default)
+    }
+
     /// Route `route`'s own job timeout, if it has one.
     pub(crate) fn timeout(&self, route: usize) -> Option<Duration> {
         self.routes.get(route).and_then(|r| r.timeout)

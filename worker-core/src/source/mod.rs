@@ -65,6 +65,14 @@ pub trait ShareSource: Send + Sync + 'static {
         async { Ok(None) }
     }
 
+    /// Whether the acquisition locks of this source's records can be renewed. The worker asks once
+    /// when it starts: without renewal it sends no RENEW and refuses a job timeout the lock cannot
+    /// cover, since a handler running past its lock means the record is delivered again. The
+    /// default: [`Renewal::Available`].
+    fn renewal(&self) -> impl Future<Output = Result<Renewal>> + Send {
+        async { Ok(Renewal::Available) }
+    }
+
     /// Stops (`paused`) or resumes fetching records of `topic`; acknowledgements and renewals of
     /// its records already held still flow. The worker pauses a route's topic while the route
     /// holds its full share of the slots, so that one stuck route cannot fill the worker with
@@ -104,6 +112,21 @@ impl fmt::Display for DeliveryId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self, f)
     }
+}
+
+/// Whether a source's acquisition locks can be renewed ([`ShareSource::renewal`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Renewal {
+    /// RENEW works: a lock can be extended for as long as the handler runs.
+    Available,
+    /// The broker refuses RENEW for this group (Kafka 4.3's group config
+    /// `share.renew.acknowledge.enable = false`): every lock runs out `lock` after acquisition,
+    /// whatever the worker does.
+    Disabled {
+        /// How long a lock lasts.
+        lock: Duration,
+    },
 }
 
 /// The broker and session that acquired a delivery: acknowledgements must go back to them.

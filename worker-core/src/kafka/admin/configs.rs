@@ -316,6 +316,20 @@ impl Admin {
     /// broker's `group.share.delivery.count.limit`. Both are asked in one DescribeConfigs of the
     /// lowest-numbered broker. Any error, and a limit the broker does not name, is an error.
     pub async fn delivery_limit(&self, group: &str) -> Result<DeliveryLimit> {
+        let (results, node_id, addr) = self
+            .describe_group_and_broker(group, &[GROUP_LIMIT_KEY], &[BROKER_LIMIT_KEY])
+            .await?;
+        choose_delivery_limit(group, node_id, &addr, &results)
+    }
+
+    /// Describes `group`'s `group_keys` and the lowest-numbered broker's `broker_keys` in one
+    /// DescribeConfigs to that broker; returns the results, its node id and its address.
+    pub(crate) async fn describe_group_and_broker(
+        &self,
+        group: &str,
+        group_keys: &[&'static str],
+        broker_keys: &[&'static str],
+    ) -> Result<(Vec<ConfigResult>, i32, String)> {
         let meta = self.cluster.metadata(&[]).await?;
         let node_id = meta
             .brokers
@@ -323,17 +337,18 @@ impl Admin {
             .min()
             .copied()
             .ok_or_else(|| Error::new(ErrorKind::Broker, "the cluster named no brokers"))?;
-        let resource = |resource_type: i8, name: String, key: &'static str| {
+        let resource = |resource_type: i8, name: String, keys: &[&'static str]| {
             let mut r = describe_configs_request::DescribeConfigsResource::default();
             r.resource_type = resource_type;
             r.resource_name = StrBytes::from_string(name);
-            r.configuration_keys = Some(vec![StrBytes::from_static_str(key)]);
+            r.configuration_keys =
+                Some(keys.iter().map(|k| StrBytes::from_static_str(k)).collect());
             r
         };
         let mut req = DescribeConfigsRequest::default();
         req.resources = vec![
-            resource(RESOURCE_GROUP, group.to_string(), GROUP_LIMIT_KEY),
-            resource(RESOURCE_BROKER, node_id.to_string(), BROKER_LIMIT_KEY),
+            resource(RESOURCE_GROUP, group.to_string(), group_keys),
+            resource(RESOURCE_BROKER, node_id.to_string(), broker_keys),
         ];
         let mut conn = self.cluster.connect_node(node_id).await?;
         let results = call(
@@ -343,7 +358,7 @@ impl Admin {
             |body, _| decode_describe_configs(body),
         )
         .await?;
-        choose_delivery_limit(group, node_id, conn.addr(), &results)
+        Ok((results, node_id, conn.addr().to_string()))
     }
 }
 

@@ -1,6 +1,6 @@
 //! Admin calls the worker and its tests need, split as franz-go's `kadm` is: topics (create, end
-//! offsets, lag), configs (group configs, the delivery-count limit) and groups (describe, members,
-//! share-group offsets).
+//! offsets, lag), configs (group configs, the delivery-count limit), renewal (whether locks can be
+//! renewed) and groups (describe, members, share-group offsets).
 //!
 //! Requests are encoded with `kafka-protocol` (our own data). Responses come from the network, so
 //! each is decoded by hand with the bounded [`Reader`](super::wire::Reader): every length is checked
@@ -10,6 +10,7 @@
 
 mod configs;
 mod groups;
+mod renewal;
 mod topics;
 
 use std::time::Duration;
@@ -25,6 +26,7 @@ use crate::{Error, ErrorKind, Result};
 
 pub use configs::{DeliveryLimit, DeliveryLimitSource};
 pub use groups::{PartitionOffsets, ShareGroupDescription, ShareGroupMember};
+pub use renewal::GroupRenewal;
 
 #[cfg(any(test, feature = "test-util"))]
 pub(crate) use configs::{decode_describe_configs, decode_incremental_alter_configs};
