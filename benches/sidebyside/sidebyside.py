@@ -70,6 +70,8 @@ class Contender:
     # "plaintext" = BOOTSTRAP; "sasl_ssl" = the broker's SASL_SSL listener with SCRAM-SHA-512 and the
     # test CA (from `scripts/kafka.sh env`). The judge and the pre-fill stay on plaintext.
     security: str = "plaintext"
+    # For kind "ours": a command other than OURS_CMD (e.g. an earlier build, OURS_BEFORE_CMD).
+    command: str = ""
 
 
 @dataclass
@@ -85,6 +87,7 @@ class Scenario:
     group_configs: tuple = ()  # (key, value) pairs set on each run's group before it starts
     rate: int = 0  # latency: records/s produced while the contender runs
     seconds: int = 0  # latency: for how long
+    cluster: bool = False  # runs only with --only cluster, against a 3-broker BOOTSTRAP
 
 
 @dataclass
@@ -202,6 +205,16 @@ def scenarios(quick):
     for n, count in slow.items():
         out.append(Scenario("slow", f"sleep 50 ms, N={n}, P=4, 100 B", Topic(4, 100, count),
                             "sleep:50", n, 50.0, [java_k(n), ours]))
+    # A 3-broker cluster (BOOTSTRAP lists its brokers; `--only cluster` runs these rows alone,
+    # and only then): 12 partitions, leaders spread over the brokers. With OURS_BEFORE_CMD an
+    # earlier build of ours runs too, so a change to how the brokers are fetched from shows.
+    before = os.environ.get("OURS_BEFORE_CMD", "")
+    ours_cluster = [ours] + ([Contender(os.environ.get("OURS_BEFORE_NAME", "share-worker (before)"),
+                                        ours.ack, "ours", command=before)] if before else [])
+    out.append(Scenario("noop", "3 brokers: no-op, P=12, 100 B", Topic(12, 100, noop_counts[100]), "noop",
+                        500, 0.0, [java1, *ours_cluster], cluster=True))
+    out.append(Scenario("slow", "3 brokers: sleep 50 ms, N=100, P=12, 100 B", Topic(12, 100, slow[100]),
+                        "sleep:50", 100, 50.0, [java_k(100), *ours_cluster], cluster=True))
     heavy_count = 1_000 if quick else 3_000
     out.append(Scenario("heavy", "heavy tail 95% 20 ms / 5% 2 s, N=100, P=4, 100 B",
                         Topic(4, 100, heavy_count), "heavy:20:2000:5", 100,
@@ -293,7 +306,7 @@ def contender_command(c, sc, group, bootstrap, java_cp, tools_cp, java_opts, our
                 "--bootstrap-server", bootstrap, "--topic", topic, "--group", group,
                 "--num-records", str(n), "--timeout", "30000"]
     if c.kind == "ours":
-        return [*shlex.split(ours_cmd), "--bootstrap-server", bootstrap, "--topic", topic,
+        return [*shlex.split(c.command or ours_cmd), "--bootstrap-server", bootstrap, "--topic", topic,
                 "--group", group, "--records", str(n), "--concurrency", str(sc.concurrency),
                 "--handler", sc.handler, *sec_ours, *c.extra]
     raise ValueError(c.kind)
@@ -397,7 +410,8 @@ def security_tag(c):
 
 
 def run_one(judge, c, sc, run, warmup, ctx):
-    group = f"sbs-{ctx['session']}-{c.kind}{security_tag(c)}-t{c.threads}-{slug(sc.name)}-r{run}"
+    variant = "-alt" if c.command else ""  # another build of ours: a group of its own
+    group = f"sbs-{ctx['session']}-{c.kind}{variant}{security_tag(c)}-t{c.threads}-{slug(sc.name)}-r{run}"
     ctx["groups"].append(group)
     res = Result(sc.name, c.name, run, warmup, sc.topic.records, group=group)
     judge.ask("earliest", group)
@@ -892,7 +906,9 @@ def write_report(path, ctx, scs, results, broker_check, ours_available):
     lines.append(f"# Side-by-side share-consumer benchmark ({mode})")
     lines.append("")
     lines.append(f"- Date: {ctx['date']}")
-    lines.append(f"- Kafka: {ctx['kafka_version']} (broker and clients), single local node at {ctx['bootstrap']}")
+    nodes = len(ctx['bootstrap'].split(','))
+    where = 'single local node' if nodes == 1 else f'{nodes} local brokers'
+    lines.append(f"- Kafka: {ctx['kafka_version']} (broker and clients), {where} at {ctx['bootstrap']}")
     lines.append(f"- Machine: `nproc` = {os.cpu_count()}, {platform.machine()}, {platform.system()} "
                  f"{platform.release()}; {ctx['java_version']}")
     lines.append(f"- Runs: {ctx['runs']} interleaved per figure after one discarded warm-up round; "
@@ -1103,7 +1119,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small record counts, 1 run (a few minutes)")
     ap.add_argument("--runs", type=int, help="interleaved runs per figure (default 3; --quick: 1)")
     ap.add_argument("--only", help="run only scenarios whose name contains this (case-insensitive) "
-                                   "or of this section (noop, tls, slow, heavy, cpu, latency, rss, renew)")
+                                   "or of this section (noop, tls, slow, heavy, cpu, latency, rss, renew; cluster: the 3-broker rows alone)")
     ap.add_argument("--out", help="Markdown output (default benches/sidebyside/results/<quick|full>.md)")
     ap.add_argument("--keep", action="store_true", help="keep the topics and groups afterwards")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run before giving up")
@@ -1141,7 +1157,9 @@ def main():
                timeout_s=args.timeout or (300 if quick else 1800))
 
     scs = [s for s in scenarios(quick)
-           if not args.only or args.only.lower() in s.name.lower() or args.only == s.section]
+           if (s.cluster == (args.only == "cluster"))
+           and (not args.only or args.only == "cluster" or args.only.lower() in s.name.lower()
+                or args.only == s.section)]
     if not scs:
         raise SystemExit(f"no scenario matches --only {args.only!r}")
     if any(c.security != "plaintext" for sc in scs for c in sc.contenders):
