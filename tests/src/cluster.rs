@@ -34,17 +34,18 @@ fn port() -> String {
     std::env::var("KAFKA_CLUSTER_PORT").unwrap_or_else(|_| "9192".to_owned())
 }
 
-/// Runs `scripts/kafka.sh ACTION ARGS` on the cluster.
-async fn script(args: &[&str]) -> anyhow::Result<()> {
-    let script = format!("{}/../scripts/kafka.sh", env!("CARGO_MANIFEST_DIR"));
-    let status = Command::new("bash")
-        .arg(script)
-        .args(args)
+/// `scripts/kafka.sh ARGS` on the cluster.
+fn kafka_sh(args: &[&str]) -> Command {
+    let mut command = crate::kafka_sh(args);
+    command
         .env("KAFKA_BROKERS", BROKERS.to_string())
-        .env("KAFKA_PORT", port())
-        .env_remove("KAFKA_CONTROLLER_PORT")
-        .env_remove("KAFKA_SASL_SSL_PORT")
-        .env_remove("KAFKA_MTLS_PORT")
+        .env("KAFKA_PORT", port());
+    Command::from(command)
+}
+
+/// Runs `scripts/kafka.sh ARGS` on the cluster, failing if it fails.
+async fn script(args: &[&str]) -> anyhow::Result<()> {
+    let status = kafka_sh(args)
         .status()
         .await
         .with_context(|| format!("running scripts/kafka.sh {args:?}"))?;
@@ -104,14 +105,9 @@ pub async fn reassign(topic: &str, replicas: &[(i32, Vec<i32>)]) -> anyhow::Resu
     result
 }
 
-/// What `scripts/kafka.sh ARGS` prints (stdout and stderr), failing if it fails.
+/// What `scripts/kafka.sh ARGS` prints on the cluster (stdout and stderr), failing if it fails.
 async fn tool_output(args: &[&str]) -> anyhow::Result<String> {
-    let script = format!("{}/../scripts/kafka.sh", env!("CARGO_MANIFEST_DIR"));
-    let output = Command::new("bash")
-        .arg(script)
-        .args(args)
-        .env("KAFKA_BROKERS", BROKERS.to_string())
-        .env("KAFKA_PORT", port())
+    let output = kafka_sh(args)
         .output()
         .await
         .with_context(|| format!("running scripts/kafka.sh {args:?}"))?;

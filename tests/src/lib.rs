@@ -22,6 +22,29 @@ pub fn bootstrap() -> String {
     std::env::var("KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
 }
 
+/// `bash scripts/kafka.sh ARGS`, without the port and cluster variables of the caller's
+/// environment: the caller names the broker it means with `KAFKA_PORT` (and `KAFKA_BROKERS`).
+/// A `std` command, so `Drop` impls can run it; `tokio::process::Command::from` makes it async.
+pub fn kafka_sh(args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new("bash");
+    command
+        .arg(format!(
+            "{}/../scripts/kafka.sh",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .args(args);
+    for name in [
+        "KAFKA_PORT",
+        "KAFKA_BROKERS",
+        "KAFKA_CONTROLLER_PORT",
+        "KAFKA_SASL_SSL_PORT",
+        "KAFKA_MTLS_PORT",
+    ] {
+        command.env_remove(name);
+    }
+    command
+}
+
 /// A name no other test (or earlier run) uses: `prefix` plus a random suffix.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())

@@ -24,17 +24,15 @@ struct PrivateBroker {
 }
 
 impl PrivateBroker {
-    fn script() -> String {
-        format!("{}/../scripts/kafka.sh", env!("CARGO_MANIFEST_DIR"))
+    /// `scripts/kafka.sh ACTION` on this broker.
+    fn kafka_sh(&self, action: &str) -> std::process::Command {
+        let mut command = tests::kafka_sh(&[action]);
+        command.env("KAFKA_PORT", self.port.to_string());
+        command
     }
 
     async fn harness(&self, action: &str) -> anyhow::Result<()> {
-        let status = Command::new("bash")
-            .arg(Self::script())
-            .arg(action)
-            .env("KAFKA_PORT", self.port.to_string())
-            .env_remove("KAFKA_CONTROLLER_PORT")
-            .env_remove("KAFKA_BROKERS")
+        let status = Command::from(self.kafka_sh(action))
             .status()
             .await
             .with_context(|| format!("running scripts/kafka.sh {action}"))?;
@@ -58,12 +56,7 @@ impl PrivateBroker {
 
 impl Drop for PrivateBroker {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("bash")
-            .arg(Self::script())
-            .arg("stop")
-            .env("KAFKA_PORT", self.port.to_string())
-            .env_remove("KAFKA_BROKERS")
-            .status();
+        let _ = self.kafka_sh("stop").status();
     }
 }
 

@@ -1,7 +1,7 @@
 //! [`KafkaSource`]: the native share-group client behind the [`ShareSource`] port.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -62,7 +62,11 @@ struct Inner {
     resumed: tokio::sync::Notify,
     /// Counts acknowledgements handed over: each frees the runtime a slot, which a fetch call
     /// still waiting may give to a broker it could not ask for lack of slots.
-    freed: watch::Sender<u64>,
+    freed: AtomicU64,
+    /// Set while a fetch call waits for a freed slot: only then does an acknowledgement wake it,
+    /// so the per-record path costs one atomic add otherwise.
+    starving: AtomicBool,
+    freed_wake: tokio::sync::Notify,
 }
 
 impl Drop for Inner {
@@ -158,7 +162,9 @@ impl KafkaSource {
                 closed: AtomicBool::new(false),
                 paused: Mutex::new(HashSet::new()),
                 resumed: tokio::sync::Notify::new(),
-                freed: watch::Sender::new(0),
+                freed: AtomicU64::new(0),
+                starving: AtomicBool::new(false),
+                freed_wake: tokio::sync::Notify::new(),
             }),
         })
     }
@@ -335,8 +341,7 @@ impl Inner {
         if let Some(err) = fetches.take_deferred() {
             return Err(err);
         }
-        let mut freed = self.freed.subscribe();
-        let freed_before = *freed.borrow_and_update();
+        let freed_before = self.freed.load(Ordering::SeqCst);
         let mut member = self.member.clone();
         let mut state = self.check_member()?;
         if state.assignment.is_empty() && fetches.is_empty() {
@@ -349,7 +354,8 @@ impl Inner {
         let mut by_leader = self.partitions_by_leader(&state.assignment).await?;
         let all_paused = self.drop_paused(&mut by_leader);
         let answers = loop {
-            let freed_since = freed.borrow_and_update().wrapping_sub(freed_before);
+            let freed_now = self.freed.load(Ordering::SeqCst);
+            let freed_since = freed_now.wrapping_sub(freed_before);
             let slots = u64::from(max_records).saturating_add(freed_since);
             let room = u32::try_from(slots)
                 .unwrap_or(u32::MAX)
@@ -387,12 +393,22 @@ impl Inner {
                 return Ok(Vec::new());
             }
             // Leaders still without a fetch wait for a slot to be freed.
-            let starved = by_leader.keys().any(|node| !fetches.busy(*node));
+            if !by_leader.keys().any(|node| !fetches.busy(*node)) {
+                break fetches.answers().await;
+            }
+            let woken = self.freed_wake.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            self.starving.store(true, Ordering::SeqCst);
+            if self.freed.load(Ordering::SeqCst) != freed_now {
+                continue;
+            }
             tokio::select! {
                 answers = fetches.answers() => break answers,
-                Ok(()) = freed.changed(), if starved => {}
+                () = woken => {}
             }
         };
+        self.starving.store(false, Ordering::SeqCst);
         let mut out = Vec::new();
         let mut failed = None;
         for answer in answers {
@@ -493,7 +509,10 @@ impl Inner {
             return AckReceipt::ready(Err(AckError::SessionLost));
         };
         if !renew {
-            self.freed.send_modify(|n| *n = n.wrapping_add(1));
+            self.freed.fetch_add(1, Ordering::SeqCst);
+            if self.starving.load(Ordering::SeqCst) {
+                self.freed_wake.notify_waiters();
+            }
         }
         let (tx, rx) = AckReceipt::channel();
         shared.enqueue(

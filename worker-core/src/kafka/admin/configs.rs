@@ -187,6 +187,43 @@ fn parse_limit(value: Option<&str>, what: &str) -> Result<u32> {
     }
 }
 
+impl ConfigResult {
+    /// The entry for config `key`, if the broker listed it (a config it does not have is absent).
+    pub(crate) fn entry(&self, key: &str) -> Option<&ConfigEntry> {
+        self.configs.iter().find(|c| c.name == key)
+    }
+}
+
+/// The answer for resource `name` (of `resource_type`) in a DescribeConfigs answer from `addr`:
+/// a missing one is a protocol error, an error code the broker's error, `what` saying what was
+/// being described.
+pub(crate) fn config_answer<'a>(
+    results: &'a [ConfigResult],
+    resource_type: i8,
+    name: &str,
+    addr: &str,
+    what: &str,
+) -> Result<&'a ConfigResult> {
+    let answer = results
+        .iter()
+        .find(|r| r.resource_type == resource_type && r.resource_name == name)
+        .ok_or_else(|| {
+            protocol_error(
+                DESCRIBE_CONFIGS,
+                addr,
+                format_args!("no result for {name} (resource type {resource_type})"),
+            )
+        })?;
+    if answer.error_code != codes::NONE {
+        return Err(broker_error(
+            what,
+            answer.error_code,
+            answer.error_message.as_deref(),
+        ));
+    }
+    Ok(answer)
+}
+
 /// Picks the delivery-count limit of `group` from a DescribeConfigs answer of broker `node_id`
 /// (at `addr`) that covers the group's `share.delivery.count.limit` and the broker's
 /// `group.share.delivery.count.limit`.
@@ -202,58 +239,37 @@ pub(crate) fn choose_delivery_limit(
     addr: &str,
     results: &[ConfigResult],
 ) -> Result<DeliveryLimit> {
-    let find = |resource_type: i8, name: &str| {
-        results
-            .iter()
-            .find(|r| r.resource_type == resource_type && r.resource_name == name)
-            .ok_or_else(|| {
-                protocol_error(
-                    DESCRIBE_CONFIGS,
-                    addr,
-                    format_args!("no result for {name} (resource type {resource_type})"),
-                )
-            })
-    };
-    let answer = find(RESOURCE_GROUP, group)?;
-    if answer.error_code != codes::NONE {
-        return Err(broker_error(
-            &format!("describing {GROUP_LIMIT_KEY} of group {group} on broker {node_id} ({addr})"),
-            answer.error_code,
-            answer.error_message.as_deref(),
-        ));
-    }
-    if let Some(entry) = answer.configs.iter().find(|c| c.name == GROUP_LIMIT_KEY) {
+    let answer = config_answer(
+        results,
+        RESOURCE_GROUP,
+        group,
+        addr,
+        &format!("describing {GROUP_LIMIT_KEY} of group {group} on broker {node_id} ({addr})"),
+    )?;
+    if let Some(entry) = answer.entry(GROUP_LIMIT_KEY) {
         let what = format!("{GROUP_LIMIT_KEY} of group {group} on broker {node_id} ({addr})");
         return Ok(DeliveryLimit {
             value: parse_limit(entry.value.as_deref(), &what)?,
             source: DeliveryLimitSource::Group,
         });
     }
-    let node = node_id.to_string();
-    let answer = find(RESOURCE_BROKER, &node)?;
-    if answer.error_code != codes::NONE {
-        return Err(broker_error(
-            &format!(
-                "describing {BROKER_LIMIT_KEY} of broker {node_id} ({addr}) for group {group}"
-            ),
-            answer.error_code,
-            answer.error_message.as_deref(),
-        ));
-    }
+    let answer = config_answer(
+        results,
+        RESOURCE_BROKER,
+        &node_id.to_string(),
+        addr,
+        &format!("describing {BROKER_LIMIT_KEY} of broker {node_id} ({addr}) for group {group}"),
+    )?;
     let what = format!("{BROKER_LIMIT_KEY} of broker {node_id} ({addr})");
-    let entry = answer
-        .configs
-        .iter()
-        .find(|c| c.name == BROKER_LIMIT_KEY)
-        .ok_or_else(|| {
-            Error::new(
-                ErrorKind::Broker,
-                format!(
-                    "broker {node_id} ({addr}) names no delivery count limit for group {group}: \
+    let entry = answer.entry(BROKER_LIMIT_KEY).ok_or_else(|| {
+        Error::new(
+            ErrorKind::Broker,
+            format!(
+                "broker {node_id} ({addr}) names no delivery count limit for group {group}: \
                      neither {GROUP_LIMIT_KEY} nor {BROKER_LIMIT_KEY}"
-                ),
-            )
-        })?;
+            ),
+        )
+    })?;
     Ok(DeliveryLimit {
         value: parse_limit(entry.value.as_deref(), &what)?,
         source: DeliveryLimitSource::Broker { node_id },

@@ -7,9 +7,8 @@
 
 use std::time::Duration;
 
-use super::configs::ConfigResult;
-use super::protocol_error;
-use super::{Admin, DESCRIBE_CONFIGS, RESOURCE_BROKER, RESOURCE_GROUP, broker_error, codes};
+use super::configs::{ConfigResult, config_answer};
+use super::{Admin, RESOURCE_BROKER, RESOURCE_GROUP};
 use crate::{Error, ErrorKind, Result};
 
 /// The group config that turns RENEW off (Kafka 4.3+).
@@ -50,30 +49,12 @@ pub(crate) fn choose_renewal(
     results: &[ConfigResult],
 ) -> Result<GroupRenewal> {
     let find = |resource_type: i8, name: &str| {
-        let found = results
-            .iter()
-            .find(|r| r.resource_type == resource_type && r.resource_name == name)
-            .ok_or_else(|| {
-                protocol_error(
-                    DESCRIBE_CONFIGS,
-                    addr,
-                    format_args!("no result for {name} (resource type {resource_type})"),
-                )
-            })?;
-        if found.error_code != codes::NONE {
-            return Err(broker_error(
-                &format!("describing the configs of {name} on broker {node_id} ({addr})"),
-                found.error_code,
-                found.error_message.as_deref(),
-            ));
-        }
-        Ok(found)
+        let what = format!("describing the configs of {name} on broker {node_id} ({addr})");
+        config_answer(results, resource_type, name, addr, &what)
     };
     let value = |result: &ConfigResult, key: &str| {
         result
-            .configs
-            .iter()
-            .find(|c| c.name == key)
+            .entry(key)
             .map(|c| c.value.clone().unwrap_or_default())
     };
     let group_answer = find(RESOURCE_GROUP, group)?;
@@ -203,7 +184,7 @@ mod tests {
             assert!(choose_renewal("g", 1, "b:9092", &answer(group, broker)).is_err());
         }
         let mut refused = answer(vec![], vec![entry(BROKER_LOCK_KEY, "1")]);
-        refused[0].error_code = codes::GROUP_AUTHORIZATION_FAILED;
+        refused[0].error_code = super::super::codes::GROUP_AUTHORIZATION_FAILED;
         let err = choose_renewal("g", 1, "b:9092", &refused).unwrap_err();
         assert!(err.to_string().contains("b:9092"), "{err}");
     }
