@@ -23,6 +23,16 @@ if [[ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $deny_version" ]]; th
   cargo install --locked --quiet cargo-deny --version "$deny_version"
 fi
 
+# The dashboard's browser tests (worker-core/tests/ui) drive Debian's headless Chromium; CHROMIUM
+# may name another binary.
+if [[ -z "${CHROMIUM:-}" ]] && ! command -v chromium >/dev/null 2>&1; then
+  step "installing chromium (the dashboard's browser tests)"
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+fi
+
 # What this script started, stopped again on exit.
 stops=()
 stop_started() {
@@ -64,6 +74,20 @@ else
   old_broker start
 fi
 export KAFKA_OLD_BROKER_BOOTSTRAP=127.0.0.1:9692
+# A Kafka 4.4 broker for the suites about the broker's own dead-letter queue (KIP-1191:
+# tests/tests/broker_dlq.rs, worker-core/tests/cli/broker_dlq.rs), which fail without it; it also
+# serves the 4.4.0 step of the version matrix below, and is stopped on exit.
+dlq_version=4.4.0
+dlq_port=${KAFKA_DLQ_PORT:-9672}
+dlq_broker() { KAFKA_VERSION=$dlq_version KAFKA_PORT=$dlq_port KAFKA_HEAP=${KAFKA_HEAP:-512m} bash scripts/kafka.sh "$@"; }
+if dlq_broker status >/dev/null 2>&1; then
+  step "using the Kafka $dlq_version broker that is already running"
+else
+  stops+=("KAFKA_VERSION=$dlq_version KAFKA_PORT=$dlq_port bash scripts/kafka.sh stop")
+  step "starting a Kafka $dlq_version broker (broker dead-letter queues)"
+  dlq_broker start
+fi
+export KAFKA_DLQ_BOOTSTRAP=127.0.0.1:$dlq_port
 # The broker's listeners, certificates and SASL user for tests (`scripts/kafka.sh env`); a
 # KAFKA_BOOTSTRAP set by the caller wins.
 bootstrap=${KAFKA_BOOTSTRAP:-}
@@ -94,20 +118,27 @@ cargo test --workspace --all-features
 
 # The version matrix: the real-broker suites of the native client, the admin client, the runtime,
 # the dead-letter sink and the binary again on each newer Kafka release, each on a broker of its
-# own (KAFKA_MATRIX: the releases, space-separated; empty to skip).
+# own (KAFKA_MATRIX: the releases, space-separated; empty to skip). The broker-DLQ suites ran
+# above, on the 4.4 broker; the binary's run again in each step (its refusal of broker mode
+# against the step's release).
 matrix_suites=(--test kafka_client --test admin --test runtime_kafka --test policy --test dlq --test renewal_off)
 matrix_port=9592
 for version in ${KAFKA_MATRIX-4.3.1 4.4.0}; do
   step "Kafka $version: the native client, admin, runtime, DLQ and binary suites"
-  broker() { KAFKA_VERSION=$version KAFKA_PORT=$matrix_port bash scripts/kafka.sh "$@"; }
-  stops+=("KAFKA_VERSION=$version KAFKA_PORT=$matrix_port bash scripts/kafka.sh stop")
-  broker start
+  port=$matrix_port
+  # The broker-DLQ broker is this release's: it serves the step, and stays up for the others.
+  [[ $version == "$dlq_version" ]] && port=$dlq_port
+  broker() { KAFKA_VERSION=$version KAFKA_PORT=$port bash scripts/kafka.sh "$@"; }
+  if [[ $port != "$dlq_port" ]]; then
+    stops+=("KAFKA_VERSION=$version KAFKA_PORT=$port bash scripts/kafka.sh stop")
+    broker start
+  fi
   (
     eval "$(broker env)"
     export KAFKA_VERSION=$version
     cargo test -p tests --all-features "${matrix_suites[@]}"
     cargo test -p worker-core --all-features --test cli
   )
-  broker stop
+  [[ $port == "$dlq_port" ]] || broker stop
   matrix_port=$((matrix_port + 10))
 done

@@ -76,7 +76,7 @@ class Contender:
 
 @dataclass
 class Scenario:
-    section: str  # "noop" | "tls" | "slow" | "heavy" | "cpu" | "latency" | "rss" | "renew"
+    section: str  # "noop" | "tls" | "slow" | "heavy" | "cpu" | "latency" | "rss" | "startup" | "scale" | "renew"
     name: str
     topic: Topic
     handler: str
@@ -88,6 +88,9 @@ class Scenario:
     rate: int = 0  # latency: records/s produced while the contender runs
     seconds: int = 0  # latency: for how long
     cluster: bool = False  # runs only with --only cluster, against a 3-broker BOOTSTRAP
+    processes: int = 1  # scale: worker processes in the one group
+    join_after_s: float = 0.0  # scale: the last process starts this long after the others (0: all at once)
+    window_s: float = 0.0  # scale: measure the broker's lag drop over this long
 
 
 @dataclass
@@ -116,6 +119,11 @@ class Result:
     machine_busy_s: float = float("nan")
     own_busy_s: float = float("nan")
     others: list = field(default_factory=list)  # [(label, CPU s)], most first
+    # scale: the aggregate rate over the window, and for a late joiner how long it took to carry
+    # its share (see run_scale)
+    window_rate: float = float("nan")
+    takeup_s: float = float("nan")
+    joiner_first_handler_ms: float = float("nan")
 
 
 def say(msg):
@@ -181,13 +189,23 @@ def scenarios(quick):
         return Contender(f"Java {k} threads x {mpr} records", "explicit, per record", "java-explicit",
                          threads=k, max_poll_records=mpr, acquire_mode="record_limit", window_s=window)
 
+    # With OURS_BEFORE_CMD, an earlier build of ours runs next to ours in the no-op, slow, latency
+    # and start-up rows (and the 3-broker rows), so a change shows as before → after in one run.
+    before_cmd = os.environ.get("OURS_BEFORE_CMD", "")
+
+    def before(c, extra=()):
+        if not before_cmd:
+            return []
+        return [Contender(os.environ.get("OURS_BEFORE_NAME", "share-worker (before)"), c.ack, "ours",
+                          extra=extra, command=before_cmd)]
+
     out = []
     noop_counts = {100: 50_000, 1024: 20_000} if quick else {100: 500_000, 1024: 200_000}
     for size in (100, 1024):
         for parts in (1, 4):
             out.append(Scenario("noop", f"no-op, P={parts}, {size_label(size)}",
                                 Topic(parts, size, noop_counts[size]), "noop", 500, 0.0,
-                                [java1, perf, ours]))
+                                [java1, perf, ours, *before(ours)]))
     # TLS: the no-op rows again, each client over plaintext and over SASL_SSL (SCRAM-SHA-512, the
     # test CA), interleaved in one round; the same topic as the P=4, 100 B no-op row.
     def secured(c):
@@ -204,15 +222,17 @@ def scenarios(quick):
     slow = {10: 200, 100: 2_000, 1000: 20_000} if quick else {10: 1_000, 100: 5_000, 1000: 60_000}
     for n, count in slow.items():
         out.append(Scenario("slow", f"sleep 50 ms, N={n}, P=4, 100 B", Topic(4, 100, count),
-                            "sleep:50", n, 50.0, [java_k(n), ours]))
+                            "sleep:50", n, 50.0, [java_k(n), ours, *before(ours)]))
     # A 3-broker cluster (BOOTSTRAP lists its brokers; `--only cluster` runs these rows alone,
     # and only then): 12 partitions, leaders spread over the brokers. With OURS_BEFORE_CMD an
     # earlier build of ours runs too, so a change to how the brokers are fetched from shows.
-    before = os.environ.get("OURS_BEFORE_CMD", "")
-    ours_cluster = [ours] + ([Contender(os.environ.get("OURS_BEFORE_NAME", "share-worker (before)"),
-                                        ours.ack, "ours", command=before)] if before else [])
+    ours_cluster = [ours, *before(ours)]
+    # The Java loop sends each broker a fetch for max.poll.records (500), so on 3 brokers it holds up
+    # to 1,500 records at once: ours again with as many slots.
+    ours_1500 = Contender(f"{ours.name}, concurrency 1500 (the Java loop's records in flight on 3 brokers)",
+                          ours.ack, "ours", extra=("--concurrency", "1500"))
     out.append(Scenario("noop", "3 brokers: no-op, P=12, 100 B", Topic(12, 100, noop_counts[100]), "noop",
-                        500, 0.0, [java1, *ours_cluster], cluster=True))
+                        500, 0.0, [java1, *ours_cluster, ours_1500], cluster=True))
     out.append(Scenario("slow", "3 brokers: sleep 50 ms, N=100, P=12, 100 B", Topic(12, 100, slow[100]),
                         "sleep:50", 100, 50.0, [java_k(100), *ours_cluster], cluster=True))
     heavy_count = 1_000 if quick else 3_000
@@ -242,7 +262,8 @@ def scenarios(quick):
                          extra=("--latency-basis", "commit"))
     ours_lat = Contender(ours.name, ours.ack, "ours", extra=("--latency",))
     out.append(Scenario("latency", f"{rate:,} records/s for {secs} s, P=4, 100 B",
-                        Topic(4, 100, rate * secs), "noop", 500, 0.0, [java_lat, ours_lat],
+                        Topic(4, 100, rate * secs), "noop", 500, 0.0,
+                        [java_lat, ours_lat, *before(ours, ("--latency",))],
                         rate=rate, seconds=secs))
 
     # RSS per in-flight record: handlers parked, 1k and 10k records in flight, 1 KiB records.
@@ -251,6 +272,25 @@ def scenarios(quick):
     rss_topic = Topic(8, 1024, 10_000)
     for n in (1_000, 10_000):
         out.append(Scenario("rss", f"{n:,} in flight, P=8, 1 KiB", rss_topic, "park", n, 0.0, [ours_park]))
+
+    # Start-up: process start -> the first handler call on a pre-filled topic (ours reports it as
+    # first_handler_ms), a fresh group each run.
+    out.append(Scenario("startup", "start-up on a pre-filled topic, P=4, 100 B", Topic(4, 100, 20_000), "noop",
+                        500, 0.0, [ours, *before(ours)]))
+
+    # Scale-out: K worker processes of ours in one share group, sleep 50 ms, concurrency 250 each,
+    # 8 partitions; the aggregate rate over a window, from the broker's lag drop, as a fraction of
+    # min(K x 250, 8 x max.record.locks) / 50 ms. Then a second process joining a running one: how
+    # long until it carries its share.
+    window = 10.0 if quick else 20.0
+    scale_topic = Topic(8, 100, 300_000 if quick else 600_000)
+    for k in (1, 2, 4):
+        out.append(Scenario("scale", f"scale-out: {k} process{'es' if k > 1 else ''} x 250, sleep 50 ms, P=8, 100 B",
+                            scale_topic, "sleep:50", 250, 50.0, [ours], processes=k, window_s=window))
+    join = 6.0 if quick else 10.0
+    out.append(Scenario("scale", f"scale-out: a 2nd process joins after {join:.0f} s, sleep 50 ms, P=8, 100 B",
+                        scale_topic, "sleep:50", 250, 50.0, [ours], processes=2, join_after_s=join,
+                        window_s=join + window))
 
     # RENEW: 5 s group lock, 20 s handler, a few dozen records all at once.
     renew_cs = [ours]
@@ -262,6 +302,11 @@ def scenarios(quick):
     out.append(Scenario("renew", "lock 5 s, sleep 20 s, 40 records, P=4, 100 B", Topic(4, 100, 40),
                         "sleep:20000", 40, 20_000.0, renew_cs,
                         group_configs=(("share.record.lock.duration.ms", "5000"),)))
+    if os.environ.get("OURS_ONLY"):
+        # An A/B of two builds of ours: the Java contenders' runs would only add minutes.
+        for sc in out:
+            sc.contenders = [c for c in sc.contenders if c.kind == "ours"]
+        out = [sc for sc in out if sc.contenders]
     return out
 
 
@@ -410,7 +455,8 @@ def security_tag(c):
 
 
 def run_one(judge, c, sc, run, warmup, ctx):
-    variant = "-alt" if c.command else ""  # another build of ours: a group of its own
+    # Another build of ours, or other arguments: a group of its own.
+    variant = ("-alt" if c.command else "") + (f"-{slug(' '.join(c.extra))[:16]}" if c.extra else "")
     group = f"sbs-{ctx['session']}-{c.kind}{variant}{security_tag(c)}-t{c.threads}-{slug(sc.name)}-r{run}"
     ctx["groups"].append(group)
     res = Result(sc.name, c.name, run, warmup, sc.topic.records, group=group)
@@ -515,7 +561,7 @@ def run_latency(judge, c, sc, run, warmup, ctx):
     contender's own measurement from each record's timestamp (CreateTime: set by the producer when
     it sends) to the broker's answer to that record's ACCEPT (ours: the receipt resolving OK;
     Java: the acknowledgement commit callback reporting it without error)."""
-    tag = f"{c.kind}-r{run}{'w' if warmup else ''}"
+    tag = f"{c.kind}{'-alt' if c.command else ''}-r{run}{'w' if warmup else ''}"
     topic = f"sbs-{ctx['session']}-lat-{tag}"
     judge.ask("create-topic", topic, sc.topic.partitions)
     ctx["extra_topics"].append(topic)
@@ -586,7 +632,7 @@ def proc_status_kib(pid, key):
 def run_rss(judge, c, sc, run, warmup, ctx):
     """Our worker with `park` handlers: once it reports C handlers running, wait 3 s and read its
     VmRSS from /proc, then SIGTERM (it releases what it holds)."""
-    group = f"sbs-{ctx['session']}-{c.kind}-rss-{sc.concurrency}-r{run}"
+    group = f"sbs-{ctx['session']}-{c.kind}{'-alt' if c.command else ''}-rss-{sc.concurrency}-r{run}"
     ctx["groups"].append(group)
     res = Result(sc.name, c.name, run, warmup, sc.concurrency, group=group)
     judge.ask("earliest", group)
@@ -609,7 +655,127 @@ def run_rss(judge, c, sc, run, warmup, ctx):
     return res
 
 
+def run_scale(judge, c, sc, run, warmup, ctx):
+    """K processes of ours in one group for a window; with join_after_s, the last one starts late.
+
+    Each process prints {"t_ms", "handled"} every 250 ms; lines are timestamped as they arrive.
+    Rate: the broker's lag drop over the window, from the first lag every partition reports.
+    Take-up (a late joiner): from its spawn until, over a whole second, it handled at least 80 % of
+    what each process already running handled in that second."""
+    group = f"sbs-{ctx['session']}-scale-k{sc.processes}-j{int(sc.join_after_s)}-r{run}{'w' if warmup else ''}"
+    ctx["groups"].append(group)
+    res = Result(sc.name, c.name, run, warmup, sc.topic.records, group=group)
+    judge.ask("earliest", group)
+    cmd = contender_command(c, sc, group, ctx["bootstrap"], ctx["java_cp"], ctx["tools_cp"],
+                            ctx["java_opts"], ctx["ours_cmd"])
+    # Run until stopped: the window, not a record count, ends the run.
+    at = cmd.index("--records")
+    cmd[at + 1] = str(10 ** 12)
+    cmd += ["--report-every-ms", "250"]
+    say(f"{'warm-up' if warmup else f'run {run}'}: {c.name} on {sc.name}")
+    log_path = os.path.join(ctx["logdir"], f"{group}.log")
+    procs = []  # (proc, lines [(t, line)], reader, spawned_at)
+
+    def start(log):
+        log.write(" ".join(shlex.quote(a) for a in cmd) + "\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, start_new_session=True, text=True)
+        lines = []
+        reader = threading.Thread(target=lambda: lines.extend((time.monotonic(), ln) for ln in proc.stdout),
+                                  daemon=True)
+        reader.start()
+        procs.append((proc, lines, reader, time.monotonic()))
+
+    with open(log_path, "w") as log:
+        t0 = time.monotonic()
+        late = 1 if sc.join_after_s else 0
+        for _ in range(sc.processes - late):
+            start(log)
+        while True:
+            now = time.monotonic()
+            if late and len(procs) < sc.processes and now - t0 >= sc.join_after_s:
+                start(log)
+            lag = judge.ask("lag", group).get("lag")
+            now = time.monotonic()
+            if lag is not None and res.first_lag is None:
+                res.first_lag, res.first_lag_s = lag, now - t0
+            if res.first_lag is not None and now - t0 - res.first_lag_s >= sc.window_s:
+                res.last_lag, res.last_lag_s = lag, now - t0
+                break
+            if now - t0 > ctx["timeout_s"]:
+                res.note = f"no lag within {ctx['timeout_s']:.0f} s"
+                break
+            time.sleep(ctx["poll_s"])
+        for proc, _, _, _ in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        codes = []
+        for proc, lines, reader, _ in procs:
+            status, _ = wait_or_signal(proc, res)
+            reader.join(timeout=5)
+            codes.append(os.waitstatus_to_exitcode(status))
+            log.write("--- stdout\n" + "".join(ln for _, ln in lines))
+    res.exit_code = max(codes, key=abs) if codes else None
+    if res.first_lag is not None and res.last_lag is not None and res.last_lag_s > res.first_lag_s:
+        res.window_rate = (res.first_lag - res.last_lag) / (res.last_lag_s - res.first_lag_s)
+    res.lag_zero = res.last_lag == 0
+    if sc.join_after_s and len(procs) == sc.processes:
+        res.takeup_s = takeup(procs)
+        report = parse_report(c, [ln for _, ln in procs[-1][1]])
+        res.joiner_first_handler_ms = report.get("first_handler_ms") or float("nan")
+    res.report = parse_report(c, [ln for _, ln in procs[0][1]]) if procs else {}
+    return res
+
+
+def handled_series(lines):
+    """(arrival time, records handled) from a process's progress lines."""
+    out = []
+    for t, line in lines:
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "handled" in d and "t_ms" in d:
+            out.append((t, d["handled"]))
+    return out
+
+
+def handled_at(series, t):
+    """Records handled by time t (the last report at or before it; 0 before the first)."""
+    n = 0
+    for at, h in series:
+        if at > t:
+            break
+        n = h
+    return n
+
+
+def takeup(procs):
+    """Seconds from the late joiner's spawn until, over a whole second, it handled at least 80 % of
+    the mean of what the processes already running handled in that second; NaN if it never did."""
+    *early, late = procs
+    joiner = handled_series(late[1])
+    others = [handled_series(p[1]) for p in early]
+    spawned = late[3]
+    if not joiner:
+        return float("nan")
+    t = spawned + 1.0
+    end = joiner[-1][0]
+    while t <= end:
+        mine = handled_at(joiner, t) - handled_at(joiner, t - 1.0)
+        theirs = [handled_at(o, t) - handled_at(o, t - 1.0) for o in others]
+        mean = sum(theirs) / len(theirs) if theirs else 0
+        if mine > 0 and mine >= 0.8 * mean:
+            return t - spawned
+        t += 0.25
+    return float("nan")
+
+
 def run_scenario(judge, c, sc, run, warmup, ctx):
+    if sc.section == "scale":
+        return run_scale(judge, c, sc, run, warmup, ctx)
     if sc.section == "latency":
         return run_latency(judge, c, sc, run, warmup, ctx)
     if sc.section == "rss":
@@ -1053,6 +1219,51 @@ def write_report(path, ctx, scs, results, broker_check, ours_available):
                      "in-flight record** | | |")
         lines.append("")
 
+    startup = [sc for sc in scs if sc.section == "startup"]
+    if startup and ours_available:
+        lines.append("## Start-up: process start → first handler call")
+        lines.append("")
+        lines.append("A fresh group per run (`share.auto.offset.reset=earliest`) on a pre-filled topic: the "
+                     "worker's own clock from the first thing `main` does to the first handler call "
+                     "(`first_handler_ms` in its report): connecting, joining the group, the share state "
+                     "initialised by the broker, the first fetch. Target ≤ 1 s.")
+        lines.append("")
+        lines.append("| scenario | contender | first handler call, ms | records/s spawn → lag 0 | broker lag 0 |")
+        lines.append("|---|---|---:|---:|---|")
+        for sc in startup:
+            for c in sc.contenders:
+                lines.append(f"| {sc.name} | {c.name} | "
+                             f"{rep_cell(sc.name, c.name, lambda r: r.report['first_handler_ms'])} | "
+                             f"{cell(sc.name, c.name, lambda r: r.records / r.wall_s)} | {check(sc.name, c.name)} |")
+        lines.append("")
+
+    scale = [sc for sc in scs if sc.section == "scale"]
+    if scale and ours_available:
+        lines.append("## Scale-out: several worker processes in one share group")
+        lines.append("")
+        lines.append("K processes of ours, each concurrency 250 with a 50 ms sleep handler, in one group on 8 "
+                     "partitions. Rate = the broker's lag drop over the window (from the first lag every partition "
+                     "reports), against the limit min(K × 250, 8 × max.record.locks) ÷ 50 ms. Take-up: a second "
+                     "process starts while the first runs; the time from its spawn until, over a whole second, it "
+                     "handles at least 80 % of what the first handles (its own first handler call in brackets).")
+        lines.append("")
+        lines.append("| scenario | aggregate records/s | limit | % of limit | take-up s (first handler ms) |")
+        lines.append("|---|---:|---:|---:|---:|")
+        for sc in scale:
+            c = sc.contenders[0]
+            limit = min(sc.processes * sc.concurrency, sc.topic.partitions * MAX_RECORD_LOCKS) / (sc.latency_ms / 1000)
+            take = "–"
+            if sc.join_after_s:
+                take = (f"{rep_cell(sc.name, c.name, lambda r: r.takeup_s, '{:.1f}')} "
+                        f"({rep_cell(sc.name, c.name, lambda r: r.joiner_first_handler_ms)})")
+            if sc.join_after_s:
+                # Its window spans the time before the join: no aggregate to compare with a limit.
+                lines.append(f"| {sc.name} | – | – | – | {take} |")
+                continue
+            lines.append(f"| {sc.name} | {rep_cell(sc.name, c.name, lambda r: r.window_rate)} | {limit:,.0f} | "
+                         f"{rep_cell(sc.name, c.name, lambda r, lim=limit: 100 * r.window_rate / lim)} | {take} |")
+        lines.append("")
+
     renew = [sc for sc in scs if sc.section == "renew"]
     if renew:
         lines.append("## RENEW: lock shorter than the handler")
@@ -1119,7 +1330,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small record counts, 1 run (a few minutes)")
     ap.add_argument("--runs", type=int, help="interleaved runs per figure (default 3; --quick: 1)")
     ap.add_argument("--only", help="run only scenarios whose name contains this (case-insensitive) "
-                                   "or of this section (noop, tls, slow, heavy, cpu, latency, rss, renew; cluster: the 3-broker rows alone)")
+                                   "or of this section (noop, tls, slow, heavy, cpu, latency, rss, startup, scale, renew; "
+                                   "cluster: the 3-broker rows alone)")
     ap.add_argument("--out", help="Markdown output (default benches/sidebyside/results/<quick|full>.md)")
     ap.add_argument("--keep", action="store_true", help="keep the topics and groups afterwards")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run before giving up")

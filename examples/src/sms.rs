@@ -1,4 +1,7 @@
-//! An SMS sender: a `#[handler]` fn with a JSON payload and a gateway in its state.
+//! An SMS sender: a `#[handler]` fn with a JSON payload and a gateway in its state, and the
+//! producing side: [`enqueue_demo`] enqueues its jobs with the typed enqueue `#[handler]`
+//! generates (`send_sms::enqueue_with`), keyed by phone number so that the worker's
+//! `rate-per-key` (one message per second per number) and delayed sends go by it.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -6,6 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use worker_core::handler::{JobError, Json, Meta, State, handler};
+use worker_core::produce::{EnqueueOptions, JobProducer};
 
 /// The job payload: one text message.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,6 +107,60 @@ pub async fn send_sms(
             Err(JobError::permanent(format!("invalid number {number:?}")))
         }
     }
+}
+
+/// One demo job: a message, or (to show the dead-letter path) a payload that is not JSON.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DemoJob {
+    /// A message; every 100th has a malformed number (rejected).
+    Sms(Sms),
+    /// Not JSON (dead-lettered with reason `decode`).
+    NotJson,
+}
+
+/// `count` demo jobs: every 250th payload is not JSON (from job 5), every 100th number is
+/// malformed (from job 13), the rest valid; about a tenth of the numbers end in 7 (the gateway
+/// rate-limits those once).
+pub fn demo_jobs(count: usize) -> Vec<DemoJob> {
+    (0..count)
+        .map(|i| match i {
+            i if i % 250 == 5 => DemoJob::NotJson,
+            i if i % 100 == 13 => DemoJob::Sms(Sms {
+                to: format!("+{i}"),
+                text: "hi".into(),
+            }),
+            i => DemoJob::Sms(Sms {
+                to: format!("+4915{i:08}"),
+                text: format!("hello {i}"),
+            }),
+        })
+        .collect()
+}
+
+/// Enqueues `jobs` on `topic`, in order within a partition: messages with the job's typed
+/// enqueue (the payload type is `send_sms`'s, checked at compile time), keyed by their number;
+/// the broken payloads as raw bytes. Returns once the broker confirmed every one.
+pub async fn enqueue_demo(
+    producer: &JobProducer,
+    topic: &str,
+    jobs: &[DemoJob],
+) -> worker_core::Result<()> {
+    let writes = jobs.iter().map(|job| async move {
+        let to_topic = EnqueueOptions::new().topic(topic);
+        match job {
+            DemoJob::Sms(sms) => {
+                send_sms::enqueue_with(producer, sms, to_topic.key(sms.to.clone())).await
+            }
+            DemoJob::NotJson => {
+                producer
+                    .send(topic, Some("not json".into()), to_topic)
+                    .await
+            }
+        }
+    });
+    // Polled in order, so queued in order; the idempotent producer keeps that order.
+    futures::future::try_join_all(writes).await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -22,6 +22,18 @@ pub fn bootstrap() -> String {
     std::env::var("KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
 }
 
+/// The Kafka 4.4+ broker of the suites about the broker's own dead-letter queue (KIP-1191):
+/// `KAFKA_DLQ_BOOTSTRAP`, which `scripts/test.sh` sets. Without it those tests fail saying so.
+pub fn dlq_broker() -> String {
+    std::env::var("KAFKA_DLQ_BOOTSTRAP").unwrap_or_else(|_| {
+        panic!(
+            "KAFKA_DLQ_BOOTSTRAP is not set: start a Kafka 4.4 broker with \
+             `KAFKA_VERSION=4.4.0 KAFKA_PORT=9672 scripts/kafka.sh start` and set it to \
+             127.0.0.1:9672 (scripts/test.sh does)"
+        )
+    })
+}
+
 /// `bash scripts/kafka.sh ARGS`, without the port and cluster variables of the caller's
 /// environment: the caller names the broker it means with `KAFKA_PORT` (and `KAFKA_BROKERS`).
 /// A `std` command, so `Drop` impls can run it; `tokio::process::Command::from` makes it async.
@@ -67,8 +79,14 @@ pub fn ledger_record(seq: usize) -> String {
 
 /// Every record of partition 0 of `topic`, read from the start up to its end as of the call.
 pub async fn read_all(topic: String) -> anyhow::Result<Vec<OwnedMessage>> {
+    read_all_at(&bootstrap(), topic).await
+}
+
+/// [`read_all`] on the broker at `bootstrap`.
+pub async fn read_all_at(bootstrap: &str, topic: String) -> anyhow::Result<Vec<OwnedMessage>> {
+    let bootstrap = bootstrap.to_owned();
     tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = client_config()
+        let consumer: BaseConsumer = client_config_at(&bootstrap)
             .set("group.id", unique("reader"))
             .set("enable.auto.commit", "false")
             .create()?;
@@ -99,8 +117,13 @@ pub async fn read_all(topic: String) -> anyhow::Result<Vec<OwnedMessage>> {
 
 /// An rdkafka client configuration pointed at the test broker.
 pub fn client_config() -> ClientConfig {
+    client_config_at(&bootstrap())
+}
+
+/// An rdkafka client configuration pointed at the broker at `bootstrap`.
+pub fn client_config_at(bootstrap: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", bootstrap());
+    config.set("bootstrap.servers", bootstrap);
     config
 }
 
@@ -137,7 +160,17 @@ pub async fn create_topic_with_config(
     partitions: i32,
     configs: &[(&str, &str)],
 ) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> = client_config()
+    create_topic_with_config_at(&bootstrap(), topic, partitions, configs).await
+}
+
+/// [`create_topic_with_config`] on the broker at `bootstrap`.
+pub async fn create_topic_with_config_at(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = client_config_at(bootstrap)
         .create()
         .context("creating an rdkafka admin client")?;
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
@@ -149,10 +182,7 @@ pub async fn create_topic_with_config(
         .create_topics(&[new_topic], &options)
         .await
         .with_context(|| {
-            format!(
-                "creating topic {topic}: is the broker at {} running?",
-                bootstrap()
-            )
+            format!("creating topic {topic}: is the broker at {bootstrap} running?")
         })?;
     for result in results {
         if let Err((name, code)) = result {
@@ -164,7 +194,12 @@ pub async fn create_topic_with_config(
 
 /// An idempotent producer with `acks=all` and the given extra settings.
 pub fn producer(extra: &[(&str, &str)]) -> anyhow::Result<FutureProducer> {
-    let mut config = client_config();
+    producer_at(&bootstrap(), extra)
+}
+
+/// [`producer`] for the broker at `bootstrap`.
+pub fn producer_at(bootstrap: &str, extra: &[(&str, &str)]) -> anyhow::Result<FutureProducer> {
+    let mut config = client_config_at(bootstrap);
     config
         .set("acks", "all")
         .set("enable.idempotence", "true")

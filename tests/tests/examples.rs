@@ -6,15 +6,17 @@ use std::time::Duration;
 
 use anyhow::Context;
 use examples::demo_backoff;
-use examples::sms::{FakeGateway, Sms, is_valid_number, send_sms};
+use examples::sms::{DemoJob, FakeGateway, demo_jobs, enqueue_demo, is_valid_number, send_sms};
 use examples::webhook::{Event, FakeEndpoints, service};
 use rdkafka::Message;
 use rdkafka::message::Headers;
 use tests::{produce, producer, read_records, run_until_drained, unique};
-use worker_core::Worker;
+use worker_core::delay::DelayTopic;
 use worker_core::dlq::KafkaDlqSink;
 use worker_core::handler::JobDefinition;
 use worker_core::kafka::{Admin, KafkaSource};
+use worker_core::produce::JobProducer;
+use worker_core::{RateLimit, Worker};
 
 const JOBS: usize = 1_000;
 
@@ -59,16 +61,14 @@ async fn dead_letters(topic: &str, expected: usize) -> anyhow::Result<BTreeSet<(
 async fn the_sms_worker_sends_every_valid_message_and_dead_letters_the_rest() -> anyhow::Result<()>
 {
     // Every 100th number is malformed (rejected), every 250th payload is not JSON (decode), and
-    // the ~10% of numbers ending in 7 are rate-limited once (retried after the 429's delay).
-    let sms = |to: String, text: String| serde_json::to_string(&Sms { to, text });
-    let payloads: Vec<String> = (0..JOBS)
-        .map(|i| match i {
-            i if i % 250 == 5 => Ok("not json".to_owned()),
-            i if i % 100 == 13 => sms(format!("+{i}"), "hi".into()),
-            i => sms(format!("+4915{i:08}"), format!("hello {i}")),
-        })
-        .collect::<Result<_, _>>()?;
-    let (admin, topic, group) = prepared("sms", &payloads).await?;
+    // the ~10% of numbers ending in 7 are rate-limited once (retried after the 429's delay). The
+    // example enqueues its own jobs with the typed enqueue, keyed by number; its worker sends at
+    // most one message per second per number.
+    let jobs = demo_jobs(JOBS);
+    let (admin, topic, group) = prepared("sms", &[]).await?;
+    admin.create_topic(&format!("{topic}.delay"), 1, 1).await?;
+    let producer = JobProducer::builder(tests::bootstrap()).build()?;
+    enqueue_demo(&producer, &topic, &jobs).await?;
     let gateway = FakeGateway::new(Duration::from_millis(20), Duration::from_millis(300));
     let dlq = KafkaDlqSink::builder(tests::bootstrap(), &group)
         .worker("sms-test")
@@ -76,22 +76,26 @@ async fn the_sms_worker_sends_every_valid_message_and_dead_letters_the_rest() ->
     let worker = Worker::builder(
         KafkaSource::builder(tests::bootstrap(), &group)
             .topic(&topic)
+            .delay_topics(DelayTopic::default())
             .build()
             .await?,
     )
     .route(topic.as_str(), send_sms.into_service(gateway.clone()))
+    .route_key_rate_limit(topic.as_str(), RateLimit::per_second(1))
     .concurrency(100)
     .backoff(demo_backoff())
+    .delay(producer)
     .dlq(dlq)
     .build()?;
     let summary =
         run_until_drained(worker, &admin, &group, &topic, Duration::from_secs(120)).await?;
 
-    let valid: HashSet<String> = payloads
+    let valid: HashSet<String> = jobs
         .iter()
-        .filter_map(|p| serde_json::from_str::<Sms>(p).ok())
-        .filter(|sms| is_valid_number(&sms.to))
-        .map(|sms| sms.to)
+        .filter_map(|job| match job {
+            DemoJob::Sms(sms) if is_valid_number(&sms.to) => Some(sms.to.clone()),
+            _ => None,
+        })
         .collect();
     let sent: HashSet<String> = gateway.sent().into_iter().map(|sms| sms.to).collect();
     assert_eq!(sent, valid, "every valid message was sent");

@@ -435,3 +435,65 @@ async fn a_stuck_route_leaves_the_other_topic_flowing() -> anyhow::Result<()> {
     assert_eq!(summary.renewal_failures, 0, "{summary:?}");
     Ok(())
 }
+
+/// While records are being handled, a fetch to their broker (which answers one request per
+/// connection at a time) holds the connection only briefly, so their acknowledgements are
+/// answered when the handlers finish, not after a long poll of the (now empty) topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledgements_do_not_wait_behind_a_long_poll() -> anyhow::Result<()> {
+    const RECORDS: usize = 5;
+    let long_poll = Duration::from_secs(8);
+    let (admin, topic, group) = prepared(RECORDS, None).await?;
+    let finished: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let handler_finished = finished.clone();
+    let source = KafkaSource::builder(tests::bootstrap(), &group)
+        .topic(&topic)
+        .max_wait(long_poll)
+        .build()
+        .await?;
+    let worker = Worker::builder(source)
+        .route(
+            topic.as_str(),
+            service_fn(move |_job: Job| {
+                let finished = handler_finished.clone();
+                async move {
+                    // Long enough for the next fetch to be at the broker meanwhile.
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    finished.lock().expect("ledger").push(Instant::now());
+                    Ok::<_, Infallible>(Outcome::Accept)
+                }
+            }),
+        )
+        .concurrency(10)
+        .build()?;
+    let shutdown = worker.shutdown_handle();
+    let running = tokio::spawn(worker.run());
+    wait_for(
+        "every handler to finish",
+        Duration::from_secs(30),
+        async || Ok(finished.lock().expect("ledger").len() == RECORDS),
+    )
+    .await?;
+    let last = finished
+        .lock()
+        .expect("ledger")
+        .iter()
+        .max()
+        .copied()
+        .context("no handler finished")?;
+    wait_for("the group's lag to reach 0", long_poll * 2, async || {
+        Ok(admin.share_group_lag(&group, &topic).await? == 0)
+    })
+    .await?;
+    let settled = last.elapsed();
+    shutdown.shutdown();
+    let summary = running.await??;
+    assert_eq!(summary.accepted, RECORDS as u64, "{summary:?}");
+    assert_eq!(summary.ack_failures.total(), 0, "{summary:?}");
+    assert!(
+        settled < Duration::from_secs(3),
+        "the acknowledgements took {settled:?} after the last handler finished: they waited \
+         behind a fetch holding the connection for up to {long_poll:?}"
+    );
+    Ok(())
+}

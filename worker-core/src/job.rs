@@ -16,13 +16,54 @@ use crate::source::{Delivery, DeliveryId, Header};
 pub struct Job {
     delivery: Delivery,
     cancel: CancellationToken,
+    attempt: u16,
+    /// For a record back from the delay topic: the topic, partition and offset it was moved from.
+    origin: Option<(std::sync::Arc<str>, i32, i64)>,
 }
 
 impl Job {
     /// A job for `delivery`, cancelled through `cancel`. The runtime makes these; build your own to
     /// call a handler service directly in a test.
     pub fn new(delivery: Delivery, cancel: CancellationToken) -> Self {
-        Self { delivery, cancel }
+        let attempt = delivery.delivery_count;
+        Self {
+            delivery,
+            cancel,
+            attempt,
+            origin: None,
+        }
+    }
+
+    /// The job as a record back from the delay topic, moved from `topic`/`partition`@`offset`.
+    pub(crate) fn with_origin(
+        mut self,
+        topic: std::sync::Arc<str>,
+        partition: i32,
+        offset: i64,
+    ) -> Self {
+        self.origin = Some((topic, partition, offset));
+        self
+    }
+
+    /// Where the job was enqueued: its record's topic, partition and offset, or, for a record back
+    /// from the delay topic ([`crate::delay`]), those of the record it was moved from. The same
+    /// for every attempt of a job however often it moved: a good idempotency key.
+    pub fn origin(&self) -> (&str, i32, i64) {
+        match &self.origin {
+            Some((topic, partition, offset)) => (topic, *partition, *offset),
+            None => (
+                &self.delivery.id.topic,
+                self.delivery.id.partition,
+                self.delivery.id.offset,
+            ),
+        }
+    }
+
+    /// The job as attempt `attempt` (a record back from the delay topic: the attempts it used
+    /// before it was moved, plus its delivery count).
+    pub(crate) fn with_attempt(mut self, attempt: u16) -> Self {
+        self.attempt = attempt;
+        self
     }
 
     /// The record.
@@ -55,10 +96,11 @@ impl Job {
         &self.delivery.headers
     }
 
-    /// Which attempt this is: the broker's delivery count, 1 on the first delivery. Shared by every
-    /// worker in the group and kept across restarts.
+    /// Which attempt this is: the broker's delivery count, 1 on the first delivery, plus, for a
+    /// record back from the delay topic, the attempts it used before it was moved there. Shared by
+    /// every worker in the group and kept across restarts.
     pub fn attempt(&self) -> u16 {
-        self.delivery.delivery_count
+        self.attempt
     }
 
     /// The token that fires when the handler should stop.

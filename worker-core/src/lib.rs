@@ -7,6 +7,9 @@
 //! - [`Worker`] runs tower services ([`Job`] → [`Outcome`]) over a [`source::ShareSource`]: see
 //!   [`runtime`] for the model (slots, renewal, shutdown).
 //! - [`policy`]: retries with backoff, the last attempt to the dead-letter sink ([`dlq`]).
+//! - [`produce`]: [`JobProducer`](produce::JobProducer) enqueues jobs, typed by the handler with
+//!   `#[handler]`; [`delay`]: jobs that must not run yet and long retries wait in delay topics;
+//!   [`RateLimit`]s per worker, route and key, and per-key concurrency, are the builder's.
 //! - [`telemetry`]: a span per record continuing its `traceparent`, OpenTelemetry metrics, and the
 //!   share group's lag.
 //! - [`testing::MemoryBroker`] is a share-group broker in memory, for tests without Kafka, and
@@ -54,6 +57,7 @@
 extern crate self as worker_core;
 
 pub mod config;
+pub mod delay;
 pub mod dlq;
 mod error;
 pub mod handler;
@@ -61,6 +65,7 @@ mod job;
 pub mod kafka;
 mod outcome;
 pub mod policy;
+pub mod produce;
 pub mod runtime;
 pub mod security;
 pub mod source;
@@ -70,7 +75,7 @@ pub mod testing;
 pub use error::{Error, ErrorKind, Result};
 pub use job::Job;
 pub use outcome::Outcome;
-pub use runtime::{ShutdownHandle, Summary, Worker, WorkerBuilder};
+pub use runtime::{RateLimit, ShutdownHandle, Summary, Worker, WorkerBuilder};
 
 /// Turns an `async fn` into a job definition with a name and a default topic.
 ///

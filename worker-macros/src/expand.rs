@@ -68,6 +68,7 @@ fn generate(args: &HandlerArgs, signature: &HandlerSignature, function: ItemFn) 
     };
 
     let definition = definition_impl(krate, &ident, signature);
+    let enqueue = enqueue_fns(krate, &vis, signature);
     let send_handle = send_handle(krate, &ident, signature);
     let checks = checks(krate, args.state.as_ref(), signature);
 
@@ -88,6 +89,8 @@ fn generate(args: &HandlerArgs, signature: &HandlerSignature, function: ItemFn) 
             #vis #sig #block
 
             #send_handle
+
+            #enqueue
         }
 
         #definition
@@ -127,6 +130,46 @@ fn send_handle(krate: &Path, ident: &Ident, signature: &HandlerSignature) -> Tok
                 let output = future.await;
                 #into_outcome
             }
+        }
+    }
+}
+
+/// The typed producer side: `enqueue(&producer, &payload)` and `enqueue_with(.., options)`, whose
+/// payload type is the one the job's last argument decodes (`Json<Sms>` takes `&Sms`), so a
+/// payload of another type is a compile error at the call. The bound is higher-ranked, so the
+/// compiler checks it where `enqueue` is called, not where it is defined: a job whose last
+/// argument has no enqueueable payload (`Meta`, `Job`) still compiles. A job without arguments
+/// gets none.
+fn enqueue_fns(krate: &Path, vis: &syn::Visibility, signature: &HandlerSignature) -> TokenStream {
+    let private = quote!(#krate::__private);
+    let Some(last) = signature.args.last() else {
+        return TokenStream::new();
+    };
+    quote! {
+        /// Enqueues a job for this handler on its topic ([`Self::TOPIC`]), with the payload type
+        /// the handler takes; returns once the broker confirmed it.
+        #vis async fn enqueue(
+            producer: &#private::JobProducer,
+            payload: &<#last as #private::Payload>::Value,
+        ) -> #private::Result<#private::Enqueued>
+        where
+            for<'__a> #last: #private::Payload,
+        {
+            producer
+                .enqueue_as::<#last>(Self::TOPIC, payload, #private::EnqueueOptions::new())
+                .await
+        }
+
+        /// [`enqueue`](Self::enqueue) with a key, headers, a time to run or another topic.
+        #vis async fn enqueue_with(
+            producer: &#private::JobProducer,
+            payload: &<#last as #private::Payload>::Value,
+            options: #private::EnqueueOptions,
+        ) -> #private::Result<#private::Enqueued>
+        where
+            for<'__a> #last: #private::Payload,
+        {
+            producer.enqueue_as::<#last>(Self::TOPIC, payload, options).await
         }
     }
 }
@@ -247,6 +290,15 @@ mod tests {
             "Output = :: worker_core :: __private :: Outcome > + :: worker_core :: __private :: Send + 'static"
         ));
         assert!(out.contains("HandlerService :: new (Self :: __handle_send , state)"));
+        assert!(out.contains(
+            "payload : & < Json < Sms > as :: worker_core :: __private :: Payload > :: Value"
+        ));
+        assert!(
+            out.contains(
+                "where for < '__a > Json < Sms > : :: worker_core :: __private :: Payload"
+            )
+        );
+        assert!(out.contains("enqueue_as :: < Json < Sms > > (Self :: TOPIC , payload"));
         assert!(!out.contains("compile_error"));
     }
 
@@ -288,6 +340,7 @@ mod tests {
             "impl < __S , > :: worker_core :: __private :: JobDefinition < (() ,) , __S > for tick"
         ));
         assert!(out.contains("fn __handle_send () -> impl :: worker_core :: __private :: Future"));
+        assert!(!out.contains("fn enqueue"), "no payload, no typed enqueue");
     }
 
     #[test]

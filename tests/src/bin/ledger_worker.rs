@@ -1,5 +1,5 @@
 //! A worker process for the fault tests: it handles `{seq}:{checksum}` records by sleeping, then
-//! appending `{seq} {partition} {unix millis}` to a ledger file before it returns success, with a
+//! appending `{seq} {partition} {unix millis} {offset} {attempt}` to a ledger file before it returns success, with a
 //! dead-letter topic `{topic}.dlq`. Tests SIGKILL it (or the brokers under it) and start it again.
 //!
 //! `ledger_worker BOOTSTRAP GROUP TOPIC LEDGER DELAY_MS CONCURRENCY [faults]`
@@ -27,6 +27,13 @@ use worker_core::{Job, Outcome, Worker};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // The runtime's warnings (failed acknowledgements, lost locks, fetch errors) go to stderr,
+    // which the tests keep as the worker's log.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (bootstrap, group, topic, ledger, delay_ms, concurrency, faults) = match &args[..] {
         [b, g, t, l, d, c] => (b, g, t, l, d, c, false),
@@ -94,7 +101,12 @@ async fn handle(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis())
         .unwrap_or(0);
-    let line = format!("{number} {} {millis}\n", job.id().partition);
+    let line = format!(
+        "{number} {} {millis} {} {}\n",
+        job.id().partition,
+        job.id().offset,
+        job.attempt()
+    );
     let written = ledger
         .lock()
         .map_err(|_| ())

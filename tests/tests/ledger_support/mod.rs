@@ -115,6 +115,9 @@ pub struct Entry {
     pub partition: i32,
     /// When it was handled, in milliseconds since the Unix epoch.
     pub at_ms: u64,
+    /// The record's offset and the attempt that handled it (absent from a line cut by a kill).
+    pub offset: Option<i64>,
+    pub attempt: Option<u16>,
 }
 
 /// The ledger's lines, in order (a line cut by a kill is skipped).
@@ -128,6 +131,8 @@ pub fn entries(path: &Path) -> Vec<Entry> {
                 seq: fields.next()?.parse().ok()?,
                 partition: fields.next()?.parse().ok()?,
                 at_ms: fields.next()?.parse().ok()?,
+                offset: fields.next().and_then(|f| f.parse().ok()),
+                attempt: fields.next().and_then(|f| f.parse().ok()),
             })
         })
         .collect()

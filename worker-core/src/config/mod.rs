@@ -44,6 +44,7 @@ mod env;
 mod error;
 mod locate;
 mod model;
+mod rate;
 mod validate;
 
 #[cfg(test)]
@@ -55,9 +56,11 @@ use std::sync::Arc;
 use figment::Figment;
 use figment::providers::{Format, Toml};
 
+use crate::delay::DelayTopic;
 use crate::dlq::{DlqTopic, KafkaDlqSink};
 use crate::kafka::KafkaSourceBuilder;
 use crate::policy::Backoff;
+use crate::produce::JobProducer;
 use crate::security::{
     OidcClientCredentials, Protocol, SaslConfig, Secret, Security, TlsConfig, TokenSource,
 };
@@ -67,9 +70,10 @@ use crate::{Error, ErrorKind, Result, WorkerBuilder};
 pub use env::ENV_PREFIX;
 pub use error::ConfigError;
 pub use model::{
-    Config, DEFAULT_ENV_PASS, DEFAULT_ROUTE_TIMEOUT, DlqSection, HandlerKind, KafkaSection,
-    LogFormat, OauthSection, OffsetReset, OnRedirect, RECORD_ENV_PREFIX, RetrySection,
-    RouteSection, SaslMechanism, SaslSection, TelemetrySection, TlsSection, WorkerSection,
+    Config, DEFAULT_DLQ_TOPIC, DEFAULT_ENV_PASS, DEFAULT_ROUTE_TIMEOUT, DelaySection, DlqMode,
+    DlqSection, HandlerKind, KafkaSection, LogFormat, OauthSection, OffsetReset, OnRedirect,
+    RECORD_ENV_PREFIX, RetrySection, RouteSection, SaslMechanism, SaslSection, TelemetrySection,
+    TlsSection, WorkerSection,
 };
 
 use env::EnvOverride;
@@ -119,11 +123,18 @@ impl Config {
         for o in overrides {
             figment = figment.merge(o);
         }
-        let config: Config = figment
+        let mut config: Config = figment
             .extract()
             .map_err(|err| ConfigError::from_figment(&source, err))?;
         validate::check(&config)
             .map_err(|(path, message)| ConfigError::at(&source, &path, message))?;
+        // The effective configuration names the default dead-letter topic of worker mode.
+        if let Some(dlq) = &mut config.dlq
+            && dlq.mode == DlqMode::Worker
+            && dlq.topic.is_none()
+        {
+            dlq.topic = Some(DEFAULT_DLQ_TOPIC.to_owned());
+        }
         Ok(config)
     }
 
@@ -139,7 +150,14 @@ impl Config {
         self.routes.iter().map(|r| r.topic.as_str())
     }
 
-    /// The dead-letter topics of the routes (empty without `[dlq]`), deduplicated.
+    /// Who writes the dead letters: `None` without a `[dlq]` table (nobody: records for the
+    /// dead-letter path are REJECTed and only logged).
+    pub fn dlq_mode(&self) -> Option<DlqMode> {
+        self.dlq.as_ref().map(|d| d.mode)
+    }
+
+    /// The worker's dead-letter topics of the routes (empty without `[dlq]` and in broker mode),
+    /// deduplicated.
     pub fn dlq_topics(&self) -> Vec<String> {
         let mut out = Vec::new();
         if let Some(template) = self.dlq_template() {
@@ -153,9 +171,38 @@ impl Config {
         out
     }
 
+    /// The delay topics of the routes (empty without `[delay]`).
+    pub fn delay_topics(&self) -> Vec<String> {
+        let Some(template) = self.delay_template() else {
+            return Vec::new();
+        };
+        self.topics()
+            .map(|topic| template.render(topic, &self.worker.group))
+            .collect()
+    }
+
+    fn delay_template(&self) -> Option<DelayTopic> {
+        // Validated at load time.
+        self.delay
+            .as_ref()
+            .and_then(|d| DelayTopic::new(&d.topic).ok())
+    }
+
+    /// A [`JobProducer`] for these brokers, secured by [`Config::security`]: what `produce` and
+    /// the worker's moves to the delay topics write with.
+    pub fn job_producer(&self) -> Result<JobProducer> {
+        JobProducer::builder(self.kafka.bootstrap.clone())
+            .client_id(self.kafka.client_id.clone())
+            .security(self.security()?)
+            .build()
+    }
+
     fn dlq_template(&self) -> Option<DlqTopic> {
         // Validated at load time; a template that fails here is skipped.
-        self.dlq.as_ref().and_then(|d| DlqTopic::new(&d.topic).ok())
+        self.dlq
+            .as_ref()
+            .filter(|d| d.mode == DlqMode::Worker)
+            .and_then(|d| DlqTopic::new(d.topic_template()).ok())
     }
 
     /// A [`KafkaSource`](crate::kafka::KafkaSource) builder subscribed to every route topic,
@@ -169,6 +216,9 @@ impl Config {
                 .security(self.security()?);
         for topic in self.topics() {
             builder = builder.topic(topic);
+        }
+        if let Some(delay) = self.delay_template() {
+            builder = builder.delay_topics(delay);
         }
         Ok(builder)
     }
@@ -258,6 +308,24 @@ impl Config {
         })
     }
 
+    /// The dashboard's bearer token (`ui.token`, or read from `ui.token-file`), if one is set.
+    pub fn ui_token(&self) -> Result<Option<Secret>> {
+        match (&self.ui.token, &self.ui.token_file) {
+            (Some(token), _) => Ok(Some(token.clone())),
+            (None, Some(file)) => {
+                let token = Secret::from_file(file)?;
+                if token.expose().trim().is_empty() {
+                    return Err(Error::new(
+                        ErrorKind::Config,
+                        format!("`ui.token-file`: {} is empty", file.display()),
+                    ));
+                }
+                Ok(Some(token))
+            }
+            (None, None) => Ok(None),
+        }
+    }
+
     /// The `[retry]` backoff.
     pub fn backoff(&self) -> Backoff {
         Backoff::exponential(self.retry.backoff_initial, self.retry.backoff_max)
@@ -265,8 +333,10 @@ impl Config {
             .jitter(self.retry.jitter)
     }
 
-    /// Applies `[worker]` and `[retry]` (and `dlq.on-reject`) to a worker builder. Routes and the
-    /// dead-letter sink are the caller's: see [`Config::dlq_sink`].
+    /// Applies `[worker]` and `[retry]` (and `dlq.mode`, `dlq.on-reject`), the rate limits and
+    /// key concurrency of the routes, and `[delay]`'s `max-hold` and topics to a worker builder.
+    /// Routes, the dead-letter sink and the delay sink are the caller's: see
+    /// [`Config::dlq_sink`] and [`Config::job_producer`].
     pub fn configure<S: ShareSource>(&self, builder: WorkerBuilder<S>) -> WorkerBuilder<S> {
         let w = &self.worker;
         let mut builder = builder
@@ -284,14 +354,41 @@ impl Config {
         }
         if let Some(dlq) = &self.dlq {
             builder = builder.dlq_on_reject(dlq.on_reject);
+            if dlq.mode == DlqMode::Broker {
+                builder = builder.broker_dlq();
+            }
+        }
+        let with_burst = |rate: crate::runtime::RateLimit, burst: Option<u32>| match burst {
+            Some(burst) => rate.burst(burst),
+            None => rate,
+        };
+        if let Some(rate) = w.rate {
+            builder = builder.rate_limit(with_burst(rate, w.burst));
+        }
+        for route in &self.routes {
+            let topic = route.topic.as_str();
+            if let Some(rate) = route.rate {
+                builder = builder.route_rate_limit(topic, with_burst(rate, route.burst));
+            }
+            if let Some(rate) = route.rate_per_key {
+                builder =
+                    builder.route_key_rate_limit(topic, with_burst(rate, route.burst_per_key));
+            }
+            if let Some(n) = route.key_concurrency {
+                builder = builder.route_key_concurrency(topic, n);
+            }
+        }
+        if let (Some(delay), Some(template)) = (&self.delay, self.delay_template()) {
+            builder = builder.max_hold(delay.max_hold).delay_topic(template);
         }
         builder
     }
 
-    /// The `[dlq]` sink, secured by [`Config::security`], or `None` without a `[dlq]` table.
+    /// The `[dlq]` sink, secured by [`Config::security`], or `None` without a `[dlq]` table and in
+    /// broker mode.
     pub fn dlq_sink(&self) -> Result<Option<Arc<KafkaDlqSink>>> {
         let Some(template) = self.dlq_template() else {
-            if self.dlq.is_some() {
+            if self.dlq_mode() == Some(DlqMode::Worker) {
                 return Err(Error::new(
                     ErrorKind::Config,
                     "`dlq.topic`: invalid template",

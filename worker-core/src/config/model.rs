@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::duration;
+use super::{duration, rate};
 pub use crate::kafka::OffsetReset;
+use crate::runtime::RateLimit;
 use crate::security::{Protocol, Secret};
 
 /// The whole file. See `worker-core/reference.toml` for every key with its default.
@@ -22,12 +23,18 @@ pub struct Config {
     /// `[retry]`: attempts and backoff.
     #[serde(default)]
     pub retry: RetrySection,
-    /// `[dlq]`: the dead-letter topic; without this table no sink is configured.
+    /// `[dlq]`: who writes dead letters, and where; without this table no sink is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dlq: Option<DlqSection>,
+    /// `[delay]`: the delay topics; without this table every wait is held in the worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<DelaySection>,
     /// `[telemetry]`: logs and the HTTP listener.
     #[serde(default)]
     pub telemetry: TelemetrySection,
+    /// `[ui]`: the web dashboard (`share-worker ui`, and `/ui` with `telemetry.ui`).
+    #[serde(default)]
+    pub ui: UiSection,
     /// `[[route]]`: one per topic, at least one.
     #[serde(rename = "route")]
     pub routes: Vec<RouteSection>,
@@ -191,6 +198,16 @@ pub struct WorkerSection {
     /// Where a new group starts reading, set by `share-worker setup` (default `earliest`).
     #[serde(default)]
     pub auto_offset_reset: OffsetReset,
+    /// How often records may start over all routes, e.g. `"1000/s"` (default: no limit).
+    #[serde(
+        default,
+        with = "rate::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub rate: Option<RateLimit>,
+    /// With `rate`: how many may start at once after a quiet spell (default: the rate's count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
 }
 
 /// `[retry]`.
@@ -237,12 +254,55 @@ impl Default for RetrySection {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 #[non_exhaustive]
 pub struct DlqSection {
-    /// The dead-letter topic template: `{topic}` and `{group}` are replaced (default `{topic}.dlq`).
-    #[serde(default = "default_dlq_topic")]
-    pub topic: String,
-    /// Whether an explicit reject is dead-lettered before its REJECT (default true).
+    /// Who writes the dead letters: the worker (default) or the broker (Kafka 4.4+, KIP-1191).
+    #[serde(default)]
+    pub mode: DlqMode,
+    /// Worker mode: the dead-letter topic template, `{topic}` and `{group}` replaced (default
+    /// `{topic}.dlq`, filled in when the file is loaded). Not with broker mode, where the group's
+    /// `errors.deadletterqueue.topic.name` names the topic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+    /// Whether an explicit reject is dead-lettered before its REJECT (default true; broker mode
+    /// needs true: the broker dead-letters every REJECT).
     #[serde(default = "yes")]
     pub on_reject: bool,
+}
+
+/// `[delay]`: where records wait that must not run yet for longer than `max-hold`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[non_exhaustive]
+pub struct DelaySection {
+    /// The delay topic template: `{topic}` (required) and `{group}` are replaced (default
+    /// `{topic}.delay`).
+    #[serde(default = "default_delay_topic")]
+    pub topic: String,
+    /// The longest wait held in the worker, lock renewed (default 5m); longer waits move to the
+    /// delay topic.
+    #[serde(default = "default_max_hold", with = "duration")]
+    pub max_hold: Duration,
+}
+
+impl DlqSection {
+    /// The dead-letter topic template of worker mode (the default when none is given).
+    pub fn topic_template(&self) -> &str {
+        self.topic.as_deref().unwrap_or(DEFAULT_DLQ_TOPIC)
+    }
+}
+
+/// Who writes the dead letters (`dlq.mode`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum DlqMode {
+    /// The worker writes each letter to `dlq.topic` and REJECTs the record once the write is
+    /// confirmed.
+    #[default]
+    Worker,
+    /// The broker writes them (Kafka 4.4+, KIP-1191): the worker REJECTs the record, logs its
+    /// reason and error, and the broker writes the letter to the group's
+    /// `errors.deadletterqueue.topic.name`.
+    Broker,
 }
 
 /// `[telemetry]`.
@@ -273,6 +333,49 @@ pub struct TelemetrySection {
     /// How often the share group's lag is sampled for the lag gauge (default 15s).
     #[serde(default = "default_lag_interval", with = "duration")]
     pub lag_interval: Duration,
+    /// How often `run` logs its status line at INFO (default 10s).
+    #[serde(default = "default_report_every", with = "duration")]
+    pub report_every: Duration,
+    /// Whether the listener also serves the dashboard under `/ui` (default false; needs `listen`).
+    #[serde(default)]
+    pub ui: bool,
+}
+
+/// `[ui]`: the web dashboard. Read-only unless `allow-actions`; `Debug` shows no token.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[non_exhaustive]
+pub struct UiSection {
+    /// Where `share-worker ui` listens (default `127.0.0.1:9400`); the worker's `/ui` is on
+    /// `telemetry.listen`.
+    #[serde(default = "default_ui_listen")]
+    pub listen: SocketAddr,
+    /// Whether the dashboard may replay and skip dead letters (default false: read-only).
+    #[serde(default)]
+    pub allow_actions: bool,
+    /// The bearer token every dashboard request must carry (or `token-file`); required for
+    /// actions on a listener that is not on loopback. Printed as `***`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<Secret>,
+    /// A file holding the token (trailing line breaks ignored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+    /// How often the dashboard samples the group, its lag and the dead-letter topics, and how
+    /// often its pages refresh (default 5s).
+    #[serde(default = "default_ui_sample_every", with = "duration")]
+    pub sample_every: Duration,
+}
+
+impl Default for UiSection {
+    fn default() -> Self {
+        Self {
+            listen: default_ui_listen(),
+            allow_actions: false,
+            token: None,
+            token_file: None,
+            sample_every: default_ui_sample_every(),
+        }
+    }
 }
 
 impl Default for TelemetrySection {
@@ -285,6 +388,8 @@ impl Default for TelemetrySection {
             otlp_interval: default_otlp_interval(),
             service_name: default_service_name(),
             lag_interval: default_lag_interval(),
+            report_every: default_report_every(),
+            ui: false,
         }
     }
 }
@@ -324,6 +429,29 @@ pub struct RouteSection {
     /// Handlers of this route running at most (default: the worker's concurrency).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<usize>,
+    /// How often this route's records may start, e.g. `"100/s"` (default: no limit).
+    #[serde(
+        default,
+        with = "rate::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub rate: Option<RateLimit>,
+    /// With `rate`: how many may start at once (default: the rate's count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u32>,
+    /// How often the records of one key may start, e.g. `"1/s"` (default: no limit).
+    #[serde(
+        default,
+        with = "rate::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub rate_per_key: Option<RateLimit>,
+    /// With `rate-per-key`: how many of one key may start at once (default: its count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_per_key: Option<u32>,
+    /// How many records of one key may run at once in this worker (default: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_concurrency: Option<usize>,
     /// How long one call may take (http, exec; default 30s).
     #[serde(
         default,
@@ -444,8 +572,22 @@ fn default_service_name() -> String {
 fn default_lag_interval() -> Duration {
     Duration::from_secs(15)
 }
-fn default_dlq_topic() -> String {
-    "{topic}.dlq".to_owned()
+fn default_report_every() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_ui_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9400))
+}
+fn default_ui_sample_every() -> Duration {
+    Duration::from_secs(5)
+}
+/// The dead-letter topic template of worker mode when `dlq.topic` is not given.
+pub const DEFAULT_DLQ_TOPIC: &str = "{topic}.dlq";
+fn default_delay_topic() -> String {
+    crate::delay::DEFAULT_TEMPLATE.to_owned()
+}
+fn default_max_hold() -> Duration {
+    Duration::from_secs(300)
 }
 fn yes() -> bool {
     true

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::model::{Config, HandlerKind, RECORD_ENV_PREFIX, RouteSection};
+use super::model::{Config, DlqMode, DlqSection, HandlerKind, RECORD_ENV_PREFIX, RouteSection};
 use crate::dlq::DlqTopic;
 
 mod security;
@@ -111,11 +111,18 @@ pub(crate) fn check(config: &Config) -> Result<(), Invalid> {
             format!("expected at least 1.0, found {}", retry.backoff_multiplier),
         ));
     }
-    if let Some(dlq) = &config.dlq
-        && let Err(err) = DlqTopic::new(&dlq.topic)
-    {
-        return Err(bad(&["dlq", "topic"], err.message()));
+    if let Some(dlq) = &config.dlq {
+        check_dlq(dlq)?;
     }
+    if let Some(delay) = &config.delay {
+        if let Err(err) = crate::delay::DelayTopic::new(&delay.topic) {
+            return Err(bad(&["delay", "topic"], err.message()));
+        }
+        if delay.max_hold.is_zero() {
+            return Err(bad(&["delay", "max-hold"], "expected a duration above 0"));
+        }
+    }
+    check_rate(&["worker"], "rate", worker.rate, "burst", worker.burst)?;
     check_telemetry(config)?;
     if config.routes.is_empty() {
         return Err(bad(&["route"], "expected at least one [[route]]"));
@@ -135,6 +142,25 @@ pub(crate) fn check(config: &Config) -> Result<(), Invalid> {
         }
     }
     Ok(())
+}
+
+/// `[dlq]`: a valid topic template in worker mode; in broker mode no topic (the broker's group
+/// config names it) and no plain rejects (the broker dead-letters every REJECT).
+fn check_dlq(dlq: &DlqSection) -> Result<(), Invalid> {
+    match dlq.mode {
+        DlqMode::Broker if dlq.topic.is_some() => Err(bad(
+            &["dlq", "topic"],
+            "not with mode = \"broker\": the broker writes to the group's errors.deadletterqueue.topic.name; remove this key, or set mode = \"worker\"",
+        )),
+        DlqMode::Broker if !dlq.on_reject => Err(bad(
+            &["dlq", "on-reject"],
+            "expected true with mode = \"broker\": the broker dead-letters every REJECT, so a plain reject cannot be had",
+        )),
+        DlqMode::Broker => Ok(()),
+        DlqMode::Worker => DlqTopic::new(dlq.topic_template())
+            .map(|_| ())
+            .map_err(|err| bad(&["dlq", "topic"], err.message())),
+    }
 }
 
 fn check_telemetry(config: &Config) -> Result<(), Invalid> {
@@ -191,6 +217,61 @@ fn check_telemetry(config: &Config) -> Result<(), Invalid> {
             "expected a non-empty service name",
         ));
     }
+    if telemetry.report_every < Duration::from_millis(100) {
+        return Err(bad(
+            &["telemetry", "report-every"],
+            "expected at least 100ms",
+        ));
+    }
+    if telemetry.ui && telemetry.listen.is_none() {
+        return Err(bad(
+            &["telemetry", "ui"],
+            "the dashboard is served on `telemetry.listen`, and none is set",
+        ));
+    }
+    check_ui(config)
+}
+
+/// `[ui]`: one token source at most, and no actionable dashboard off loopback without a token.
+fn check_ui(config: &Config) -> Result<(), Invalid> {
+    let ui = &config.ui;
+    match (&ui.token, &ui.token_file) {
+        (Some(_), Some(_)) => {
+            return Err(bad(
+                &["ui", "token-file"],
+                "set `token` or `token-file`, not both",
+            ));
+        }
+        (Some(token), None) if token.expose().trim().is_empty() => {
+            return Err(bad(&["ui", "token"], "expected a non-empty token"));
+        }
+        (None, Some(path)) if path.as_os_str().is_empty() => {
+            return Err(bad(&["ui", "token-file"], "expected the path of a file"));
+        }
+        _ => {}
+    }
+    if ui.sample_every < Duration::from_millis(500) {
+        return Err(bad(&["ui", "sample-every"], "expected at least 500ms"));
+    }
+    let tokenless = ui.token.is_none() && ui.token_file.is_none();
+    if ui.allow_actions && tokenless {
+        let off_loopback = [
+            (!ui.listen.ip().is_loopback()).then_some(("ui.listen", ui.listen)),
+            config
+                .telemetry
+                .listen
+                .filter(|addr| config.telemetry.ui && !addr.ip().is_loopback())
+                .map(|addr| ("telemetry.listen", addr)),
+        ];
+        if let Some((key, addr)) = off_loopback.into_iter().flatten().next() {
+            return Err(bad(
+                &["ui", "allow-actions"],
+                format!(
+                    "the dashboard on `{key}` = {addr} is not on loopback: set `ui.token` or `ui.token-file` so that its actions need a bearer token"
+                ),
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -204,6 +285,17 @@ fn check_route(route: &RouteSection) -> Result<(), Invalid> {
     }
     if route.timeout.is_some_and(|t| t.is_zero()) {
         return Err(bad(&["timeout"], "expected a duration above 0"));
+    }
+    check_rate(&[], "rate", route.rate, "burst", route.burst)?;
+    check_rate(
+        &[],
+        "rate-per-key",
+        route.rate_per_key,
+        "burst-per-key",
+        route.burst_per_key,
+    )?;
+    if route.key_concurrency == Some(0) {
+        return Err(bad(&["key-concurrency"], "expected at least 1, found 0"));
     }
     let kind = route.handler;
     let only = |key: &str, present: bool, allowed: HandlerKind| {
@@ -294,6 +386,38 @@ fn check_route(route: &RouteSection) -> Result<(), Invalid> {
         }
     }
     Ok(())
+}
+
+/// A rate and its burst: a burst needs its rate and is at least 1.
+fn check_rate(
+    table: &[&str],
+    rate_key: &str,
+    rate: Option<crate::runtime::RateLimit>,
+    burst_key: &str,
+    burst: Option<u32>,
+) -> Result<(), Invalid> {
+    let path = |key: &str| {
+        let mut path: Vec<&str> = table.to_vec();
+        path.push(key);
+        path.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>()
+    };
+    match (rate, burst) {
+        (None, Some(_)) => Err((
+            path(burst_key),
+            format!("applies with `{rate_key}` only, and none is set"),
+        )),
+        (_, Some(0)) => Err((path(burst_key), "expected at least 1, found 0".to_owned())),
+        (Some(rate), burst) => {
+            let rate = match burst {
+                Some(burst) => rate.burst(burst),
+                None => rate,
+            };
+            rate.quota(rate_key)
+                .map(|_| ())
+                .map_err(|err| (path(rate_key), err.message().to_owned()))
+        }
+        (None, None) => Ok(()),
+    }
 }
 
 /// `ca-file`, `cert-file` and `key-file` of an http route to `url`: paths (read at start by the

@@ -34,6 +34,20 @@
 //! |---|---|
 //! | `share.dlq.marker` | a [`MarkerKind`] name: `replayed` or `skipped` |
 //! | `share.dlq.marker.offset` | the offset of the letter in the same partition, decimal |
+//!
+//! A Kafka 4.4 broker writes letters of its own for a share group with a dead-letter topic
+//! (KIP-1191: `errors.deadletterqueue.topic.name`), with other headers, all UTF-8 text, and
+//! nothing of the record's own headers (its key and value only with
+//! `errors.deadletterqueue.copy.record.enable`):
+//!
+//! | header | value |
+//! |---|---|
+//! | `__dlq.errors.topic` | the source topic (its id when the broker does not know the name) |
+//! | `__dlq.errors.partition` | the source partition, decimal |
+//! | `__dlq.errors.offset` | the source offset, decimal |
+//! | `__dlq.errors.group` | the share group |
+//! | `__dlq.errors.delivery.count` | the delivery count, decimal |
+//! | `__dlq.errors.message` | [`BROKER_REJECTED`] or [`BROKER_DELIVERY_LIMIT`] (Kafka 4.4.0's words) |
 
 use super::DeadLetter;
 use crate::source::Recovered;
@@ -119,6 +133,25 @@ impl std::fmt::Display for MarkerKind {
 /// The most bytes of an error message kept in `share.dlq.error`.
 pub const MAX_ERROR_LEN: usize = 1024;
 
+/// Prefix of the headers a Kafka 4.4 broker puts on its own dead letters (KIP-1191).
+pub const BROKER_PREFIX: &str = "__dlq.errors.";
+/// Broker letters: the source topic.
+pub const BROKER_TOPIC: &str = "__dlq.errors.topic";
+/// Broker letters: the source partition.
+pub const BROKER_PARTITION: &str = "__dlq.errors.partition";
+/// Broker letters: the source offset.
+pub const BROKER_OFFSET: &str = "__dlq.errors.offset";
+/// Broker letters: the share group.
+pub const BROKER_GROUP: &str = "__dlq.errors.group";
+/// Broker letters: the delivery count.
+pub const BROKER_DELIVERY_COUNT: &str = "__dlq.errors.delivery.count";
+/// Broker letters: why the broker wrote it.
+pub const BROKER_MESSAGE: &str = "__dlq.errors.message";
+/// [`BROKER_MESSAGE`] of a record a consumer REJECTed.
+pub const BROKER_REJECTED: &str = "Offset rejected by client.";
+/// [`BROKER_MESSAGE`] of a record the broker archived at the delivery-count limit.
+pub const BROKER_DELIVERY_LIMIT: &str = "Offset delivery count exceeded the threshold.";
+
 /// Whether `key` is one of the provenance headers (or any other `share.dlq.` header).
 pub fn is_provenance(key: &str) -> bool {
     key.starts_with(PREFIX)
@@ -195,5 +228,15 @@ mod tests {
     fn recognises_provenance_keys() {
         assert!(is_provenance(REASON));
         assert!(!is_provenance("traceparent"));
+        for key in [
+            BROKER_TOPIC,
+            BROKER_PARTITION,
+            BROKER_OFFSET,
+            BROKER_GROUP,
+            BROKER_DELIVERY_COUNT,
+            BROKER_MESSAGE,
+        ] {
+            assert!(key.starts_with(BROKER_PREFIX), "{key}");
+        }
     }
 }

@@ -21,10 +21,15 @@ impl DlqTopic {
     /// Checks a template: only `{topic}` and `{group}` may appear in braces, and the rest may only
     /// use the characters Kafka allows in topic names (`a-z A-Z 0-9 . _ -`).
     pub fn new(template: &str) -> Result<Self> {
+        Self::checked(template, "dead-letter")
+    }
+
+    /// [`new`](Self::new) for a template of `what` topics (named in the error).
+    pub(crate) fn checked(template: &str, what: &str) -> Result<Self> {
         let invalid = |why: String| {
             Error::new(
                 ErrorKind::Config,
-                format!("invalid dead-letter topic {template:?}: {why}"),
+                format!("invalid {what} topic {template:?}: {why}"),
             )
         };
         if template.is_empty() {

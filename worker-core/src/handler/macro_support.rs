@@ -11,7 +11,8 @@ pub use tower::Service;
 pub use super::{
     FromJob, FromJobParts, Handler, HandlerService, IntoOutcome, JobDefinition, NamedJob,
 };
-pub use crate::{Job, Outcome};
+pub use crate::produce::{EnqueueOptions, Enqueued, JobProducer, Payload};
+pub use crate::{Job, Outcome, Result};
 
 /// Fails to compile, on the argument's span, unless `T` is a leading-argument extractor.
 pub const fn assert_from_job_parts<S, T: FromJobParts<S>>() {}

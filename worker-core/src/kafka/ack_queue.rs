@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::acks;
@@ -48,6 +49,44 @@ pub(crate) struct AckQueue {
     pub(crate) closed: bool,
     /// How many queued entries nobody waits for.
     pub(crate) unanswered: usize,
+    /// The records of the current session still being handled.
+    pub(crate) out: Outstanding,
+}
+
+/// Records a session delivered whose acknowledgement has not been queued yet, and until when the
+/// last of their locks holds. While some are out their acknowledgements may come at any moment,
+/// and a broker answers one request per connection at a time: a fetch sent then must not hold the
+/// connection for a long poll. A record whose lock ran out without an acknowledgement (a lost
+/// lock) stops counting when it does.
+#[derive(Debug, Default)]
+pub(crate) struct Outstanding {
+    records: u64,
+    locked_until: Option<Instant>,
+}
+
+impl Outstanding {
+    /// `count` records were delivered, locked until `until`.
+    pub(crate) fn delivered(&mut self, count: usize, until: Instant) {
+        if count == 0 {
+            return;
+        }
+        self.records = self.records.saturating_add(count as u64);
+        self.extend(until);
+    }
+
+    /// Locks were renewed until `until`.
+    pub(crate) fn extend(&mut self, until: Instant) {
+        self.locked_until = Some(self.locked_until.map_or(until, |at| at.max(until)));
+    }
+
+    fn settled(&mut self) {
+        self.records = self.records.saturating_sub(1);
+    }
+
+    /// Whether records are out and their locks still hold at `now`.
+    pub(crate) fn busy(&self, now: Instant) -> bool {
+        self.records > 0 && self.locked_until.is_some_and(|until| until > now)
+    }
 }
 
 impl AckQueue {
@@ -107,6 +146,8 @@ impl SessionShared {
                     return false;
                 }
                 q.unanswered += 1;
+            } else {
+                q.out.settled();
             }
             q.acks.push(ack);
         }
@@ -120,6 +161,11 @@ impl SessionShared {
     pub(crate) fn disconnect(&self) {
         self.disconnect.store(true, Ordering::Release);
         self.wake.notify_one();
+    }
+
+    /// Whether records of this session are still being handled (see [`Outstanding`]).
+    pub(crate) fn busy(&self, now: Instant) -> bool {
+        self.queue.lock().map(|q| q.out.busy(now)).unwrap_or(false)
     }
 
     pub(crate) fn has_pending(&self) -> bool {

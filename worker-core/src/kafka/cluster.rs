@@ -68,6 +68,10 @@ impl Cluster {
     }
 
     /// Runs one control call on the spare connection, reconnecting if it is missing or broken.
+    ///
+    /// Control calls (Metadata, FindCoordinator) only read, so one that fails on a connection
+    /// opened earlier (its broker may have died since) is sent once more on a fresh connection to
+    /// any reachable broker: a dead bootstrap broker is not an error while another answers.
     pub(crate) async fn control_call(
         &self,
         api_key: i16,
@@ -75,20 +79,28 @@ impl Cluster {
         body: &[u8],
     ) -> Result<bytes::Bytes> {
         let mut guard = self.control.lock().await;
-        if guard.as_ref().is_none_or(Connection::is_broken) {
-            *guard = Some(self.connect_any().await?);
+        loop {
+            let fresh = guard.as_ref().is_none_or(Connection::is_broken);
+            if fresh {
+                *guard = Some(self.connect_any().await?);
+            }
+            let conn = guard
+                .as_mut()
+                .ok_or_else(|| Error::new(ErrorKind::Io, "no control connection"))?;
+            let version = conn.version(api_key, ours)?;
+            let result = conn
+                .call(api_key, version, body, std::time::Duration::ZERO)
+                .await;
+            match result {
+                Err(err) => {
+                    *guard = None;
+                    if fresh || err.kind() != ErrorKind::Io {
+                        return Err(err);
+                    }
+                }
+                ok => return ok,
+            }
         }
-        let conn = guard
-            .as_mut()
-            .ok_or_else(|| Error::new(ErrorKind::Io, "no control connection"))?;
-        let version = conn.version(api_key, ours)?;
-        let result = conn
-            .call(api_key, version, body, std::time::Duration::ZERO)
-            .await;
-        if result.is_err() {
-            *guard = None;
-        }
-        result
     }
 
     /// Fetches metadata for `topics` and remembers the broker endpoints.

@@ -19,9 +19,15 @@ pub struct KafkaConfig {
     pub topics: Vec<String>,
     /// The client id sent in every request header.
     pub client_id: String,
-    /// How long a fetch may wait for records (MaxWaitMs). Acknowledgements queued during a waiting
-    /// fetch wait at most this long; a fetch sent while acknowledgements are queued does not wait.
+    /// How long a fetch may wait for records (MaxWaitMs) while nothing this worker took from that
+    /// broker is still being handled. A fetch sent while acknowledgements are queued does not
+    /// wait.
     pub max_wait: Duration,
+    /// How long a fetch may wait for records while records from its broker are still being
+    /// handled: a broker answers one request per connection at a time, so their
+    /// acknowledgements (and renewals) wait at most this long behind it. Shorter: faster
+    /// acknowledgements, more empty fetches on an idle topic while handlers run.
+    pub busy_max_wait: Duration,
     /// MaxBytes of a fetch.
     pub max_bytes: i32,
     /// The largest response frame accepted from a broker.
@@ -80,6 +86,7 @@ impl KafkaConfig {
             topics: Vec::new(),
             client_id: "share-worker".to_string(),
             max_wait: Duration::from_millis(500),
+            busy_max_wait: Duration::from_millis(10),
             max_bytes: 50 * 1024 * 1024,
             max_frame_bytes: 100 * 1024 * 1024,
             max_batch_bytes: 64 * 1024 * 1024,
@@ -147,6 +154,8 @@ impl KafkaConfig {
 #[derive(Debug, Clone)]
 pub struct KafkaSourceBuilder {
     config: KafkaConfig,
+    /// Also subscribe each topic's delay topic.
+    delay: Option<crate::delay::DelayTopic>,
 }
 
 impl KafkaSourceBuilder {
@@ -154,7 +163,19 @@ impl KafkaSourceBuilder {
     pub fn new(bootstrap: impl Into<String>, group: impl Into<String>) -> Self {
         Self {
             config: KafkaConfig::new(bootstrap, group),
+            delay: None,
         }
+    }
+
+    /// Also subscribes to the delay topic of every topic ([`DelayTopic::render`] with this
+    /// group), added when the source is built: what a worker with a delay sink
+    /// ([`WorkerBuilder::delay`](crate::WorkerBuilder::delay)) needs, since the records it moves
+    /// come back through them.
+    ///
+    /// [`DelayTopic::render`]: crate::delay::DelayTopic::render
+    pub fn delay_topics(mut self, delay: crate::delay::DelayTopic) -> Self {
+        self.delay = Some(delay);
+        self
     }
 
     /// Subscribes to one more topic.
@@ -172,6 +193,14 @@ impl KafkaSourceBuilder {
     /// Sets how long a fetch may wait for records.
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.config.max_wait = max_wait;
+        self
+    }
+
+    /// Sets how long a fetch may wait for records while records from its broker are still being
+    /// handled (default 10 ms; never longer than [`max_wait`](Self::max_wait)): the longest an
+    /// acknowledgement waits behind a fetch.
+    pub fn busy_max_wait(mut self, wait: Duration) -> Self {
+        self.config.busy_max_wait = wait;
         self
     }
 
@@ -225,7 +254,17 @@ impl KafkaSourceBuilder {
     }
 
     /// Validates the configuration, connects and joins the group.
-    pub async fn build(self) -> Result<super::KafkaSource> {
+    pub async fn build(mut self) -> Result<super::KafkaSource> {
+        if let Some(delay) = &self.delay {
+            let delays: Vec<String> = self
+                .config
+                .topics
+                .iter()
+                .map(|topic| delay.render(topic, &self.config.group))
+                .filter(|topic| !self.config.topics.contains(topic))
+                .collect();
+            self.config.topics.extend(delays);
+        }
         super::KafkaSource::connect(self.config).await
     }
 }

@@ -25,6 +25,7 @@ fn decode_everything(data: &[u8]) {
     let _ = admin::decode_describe_configs(b.clone());
     let _ = admin::decode_incremental_alter_configs(b.clone());
     let _ = admin::decode_list_offsets(b.clone());
+    let _ = admin::decode_finalized_features(b.clone());
     for version in 5..=7 {
         let _ = admin::decode_create_topics(b.clone(), version);
     }

@@ -98,6 +98,36 @@ pub(crate) fn fatal_error(
     ))
 }
 
+/// The first wait before asking again while the member has no partitions.
+const FIRST_UNASSIGNED_WAIT: Duration = Duration::from_millis(50);
+
+/// How long to wait before the next heartbeat. A new group has no assignment until the broker has
+/// initialised its share state, which takes a fraction of the heartbeat interval: while the member
+/// has no partitions it asks again after a short wait that doubles up to the interval, so the
+/// first records do not wait a whole interval (5 s by default) for the assignment.
+#[derive(Debug)]
+struct HeartbeatPace {
+    unassigned_wait: Duration,
+}
+
+impl HeartbeatPace {
+    fn new() -> Self {
+        Self {
+            unassigned_wait: FIRST_UNASSIGNED_WAIT,
+        }
+    }
+
+    fn next(&mut self, interval: Duration, assigned: bool) -> Duration {
+        if assigned {
+            self.unassigned_wait = FIRST_UNASSIGNED_WAIT;
+            return interval;
+        }
+        let wait = self.unassigned_wait.min(interval);
+        self.unassigned_wait = (self.unassigned_wait * 2).min(interval.max(FIRST_UNASSIGNED_WAIT));
+        wait
+    }
+}
+
 /// Starts the heartbeat task. Cancelling `cancel` makes it leave the group (epoch -1) and end.
 pub(crate) fn spawn(
     spec: MemberSpec,
@@ -163,6 +193,7 @@ async fn run(
     let mut epoch = 0;
     let mut send_topics = true;
     let mut backoff = Duration::from_millis(100);
+    let mut pace = HeartbeatPace::new();
     while !cancel.is_cancelled() {
         let wait;
         let result = match conn.as_mut() {
@@ -181,16 +212,19 @@ async fn run(
                     backoff = Duration::from_millis(100);
                     epoch = hb.member_epoch;
                     send_topics = false;
-                    wait = Duration::from_millis(
+                    let interval = Duration::from_millis(
                         u64::try_from(hb.interval_ms.clamp(100, 60_000)).unwrap_or(5000),
                     );
+                    let mut assigned = false;
                     tx.send_modify(|s| {
                         s.epoch = epoch;
                         s.warning = None;
                         if let Some(a) = hb.assignment {
                             s.assignment = Arc::new(a);
                         }
+                        assigned = s.assignment.iter().any(|(_, parts)| !parts.is_empty());
                     });
+                    wait = pace.next(interval, assigned);
                 }
                 codes::COORDINATOR_NOT_AVAILABLE | codes::NOT_COORDINATOR => {
                     conn = None;
@@ -277,6 +311,25 @@ async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unassigned_member_asks_again_soon_then_backs_off_to_the_interval() {
+        let interval = Duration::from_millis(1000);
+        let mut pace = HeartbeatPace::new();
+        let waits: Vec<u64> = (0..7)
+            .map(|_| pace.next(interval, false).as_millis() as u64)
+            .collect();
+        assert_eq!(waits, [50, 100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(pace.next(interval, true), interval);
+        // Losing the assignment starts from the short wait again.
+        assert_eq!(pace.next(interval, false), FIRST_UNASSIGNED_WAIT);
+        // An interval shorter than the first wait is kept.
+        let mut pace = HeartbeatPace::new();
+        assert_eq!(
+            pace.next(Duration::from_millis(20), false),
+            Duration::from_millis(20)
+        );
+    }
 
     #[test]
     fn answers_that_end_the_membership_name_the_group_the_coordinator_and_the_error() {

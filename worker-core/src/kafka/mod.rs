@@ -63,8 +63,8 @@ mod wire;
 mod fuzz;
 
 pub use admin::{
-    Admin, DeliveryLimit, DeliveryLimitSource, GroupRenewal, PartitionOffsets,
-    ShareGroupDescription, ShareGroupMember,
+    Admin, BrokerDlq, DeliveryLimit, DeliveryLimitSource, DlqTopicState, GroupRenewal,
+    PartitionOffsets, ShareGroupDescription, ShareGroupMember,
 };
 pub use config::{KafkaConfig, KafkaSourceBuilder, OffsetReset};
 pub use source::KafkaSource;

@@ -61,6 +61,8 @@ pub(crate) struct SessionConfig {
     pub(crate) inflate: InflateLimits,
     /// The most one fetch response may inflate in all (its first batch per partition excepted).
     pub(crate) inflate_budget: usize,
+    /// How long a fetch may wait while records of the session are being handled.
+    pub(crate) busy_max_wait: Duration,
 }
 
 /// The handle the source keeps per broker.
@@ -213,6 +215,7 @@ impl Driver {
         let mut stale = Vec::new();
         if let Ok(mut guard) = self.shared.queue.lock() {
             let q = &mut *guard;
+            q.out = Default::default();
             for list in [&mut q.acks, &mut q.renews] {
                 let (old, keep): (Vec<_>, Vec<_>) =
                     list.drain(..).partition(|a| a.generation != generation);
@@ -320,9 +323,12 @@ impl Driver {
         let listed_keys: BTreeSet<(Uuid, i32)> = listed.keys().copied().collect();
         let max_records = i32::try_from(max_records).unwrap_or(i32::MAX);
         // A broker handles one request per connection at a time: while acknowledgements ride on
-        // this fetch or wait behind it, do not hold it open.
+        // this fetch or wait behind it, do not hold it open; while records of this session are
+        // still being handled, hold it only briefly, since their acknowledgements would wait.
         let wait = if !taken.is_empty() || self.shared.has_pending() {
             Duration::ZERO
+        } else if self.shared.busy(Instant::now()) {
+            max_wait.min(self.config.busy_max_wait)
         } else {
             max_wait
         };
@@ -394,6 +400,10 @@ impl Driver {
         );
         outcome.leader_moved = handled.leader_moved;
         outcome.records = handled.records;
+        if let Ok(mut q) = self.shared.queue.lock() {
+            q.out
+                .delivered(outcome.records.len(), sent_at + self.lock_timeout);
+        }
         let results = handled.ack_results;
         let settle = handled.settle;
         answer_all(taken, &results);
@@ -523,6 +533,9 @@ impl Driver {
         }
         if epoch > 0 {
             self.session.acknowledged();
+        }
+        if renew && let Ok(mut q) = self.shared.queue.lock() {
+            q.out.extend(Instant::now() + self.lock_timeout);
         }
         let results = resp
             .topics

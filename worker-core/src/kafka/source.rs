@@ -321,6 +321,7 @@ impl Inner {
                         max_batch_bytes: self.config.max_batch_bytes,
                     },
                     inflate_budget: self.config.max_fetch_inflate_bytes,
+                    busy_max_wait: self.config.busy_max_wait,
                 },
                 self.session_cancel.child_token(),
             )
@@ -342,7 +343,10 @@ impl Inner {
             return Err(err);
         }
         let freed_before = self.freed.load(Ordering::SeqCst);
+        // A clone starts from the original's last seen version, which never advances: mark the
+        // current state seen so that `changed` waits for the next one instead of returning at once.
         let mut member = self.member.clone();
+        member.mark_unchanged();
         let mut state = self.check_member()?;
         if state.assignment.is_empty() && fetches.is_empty() {
             let _ = tokio::time::timeout(self.config.max_wait, member.changed()).await;
@@ -594,6 +598,15 @@ impl ShareSource for KafkaSource {
         } else {
             Renewal::Disabled { lock: renewal.lock }
         })
+    }
+
+    /// The group's broker-side dead-letter queue (Kafka 4.4+, KIP-1191), read once through the
+    /// admin API.
+    async fn broker_dlq(&self) -> Result<crate::source::BrokerDeadLetters> {
+        let config = &self.inner.config;
+        let admin =
+            super::Admin::connect_with(config.bootstrap.join(","), &config.security).await?;
+        Ok(admin.broker_dlq(&config.group).await?.into())
     }
 
     /// The group's `share.delivery.count.limit` (Kafka 4.3+), else the broker's

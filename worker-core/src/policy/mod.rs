@@ -35,6 +35,14 @@
 //!   of a plain share consumer and fine for tests; in production configure a sink
 //!   ([`WorkerBuilder::dlq`](crate::WorkerBuilder::dlq)), e.g. a
 //!   [`KafkaDlqSink`](crate::dlq::KafkaDlqSink).
+//! - **The broker's own dead-letter queue** (Kafka 4.4+, KIP-1191,
+//!   [`WorkerBuilder::broker_dlq`](crate::WorkerBuilder::broker_dlq)). Every record that would
+//!   go to the sink is REJECTed at once, and the broker writes its letter to the group's
+//!   `errors.deadletterqueue.topic.name`. The broker's letter says only "rejected by client", so
+//!   the worker's reason and error go to the log line of that REJECT (topic, partition, offset)
+//!   and to `share_worker_dlq_broker_handoffs_total{topic,reason}`. The broker does not confirm the
+//!   write before it archives the record (a failed write is only in its log): the worker checks
+//!   at start that the broker would write, and refuses to start otherwise.
 
 mod backoff;
 
@@ -58,6 +66,9 @@ pub(crate) struct PolicyConfig {
     /// Records held for a backoff at most; `None`: half the concurrency (at least 1).
     pub(crate) max_held: Option<usize>,
     pub(crate) dlq: Option<Arc<dyn DlqSink>>,
+    /// The broker writes dead letters itself (Kafka 4.4's KIP-1191): records for the dead-letter
+    /// path are REJECTed at once and the broker writes their letters.
+    pub(crate) broker_dlq: bool,
     pub(crate) dlq_on_reject: bool,
     pub(crate) dlq_backoff: Backoff,
     pub(crate) dlq_timeout: Duration,
@@ -72,6 +83,7 @@ impl Default for PolicyConfig {
             backoff: Backoff::default(),
             max_held: None,
             dlq: None,
+            broker_dlq: false,
             dlq_on_reject: true,
             dlq_backoff: Backoff::exponential(Duration::from_millis(500), Duration::from_secs(30)),
             dlq_timeout: Duration::from_secs(60),
@@ -93,6 +105,18 @@ impl PolicyConfig {
             return Err(Error::new(
                 ErrorKind::Config,
                 "`assume_delivery_limit`: expected at least 2 (Kafka's smallest limit)",
+            ));
+        }
+        if self.broker_dlq && self.dlq.is_some() {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "`dlq` and `broker_dlq`: choose one; with both every dead letter would be written twice (by the sink, then by the broker for the REJECT that follows it)",
+            ));
+        }
+        if self.broker_dlq && !self.dlq_on_reject {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "`dlq_on_reject(false)` with `broker_dlq`: the broker dead-letters every REJECT, so a plain reject cannot be had",
             ));
         }
         if self.dlq_timeout.is_zero() {
@@ -133,8 +157,11 @@ pub(crate) enum Verdict {
 /// The policy as one worker applies it, with the delivery limit known.
 #[derive(Clone, Debug)]
 pub(crate) struct Policy {
-    /// The last delivery count on which the handler runs.
+    /// The last attempt on which the handler runs.
     last_attempt: u16,
+    /// The last broker delivery count on which the handler runs: the group's limit − 1, so the
+    /// last delivery of any record (a delay-topic copy too) is left for the dead-letter hand-off.
+    last_delivery: u16,
     backoff: Backoff,
     dlq_on_reject: bool,
 }
@@ -151,6 +178,7 @@ impl Policy {
         };
         Self {
             last_attempt,
+            last_delivery: limit.map_or(last_attempt, |limit| limit.saturating_sub(1)),
             backoff: config.backoff,
             dlq_on_reject: config.dlq_on_reject,
         }
@@ -161,10 +189,12 @@ impl Policy {
         self.last_attempt
     }
 
-    /// Whether a delivery with this count has used up its attempts: it goes to the DLQ with reason
-    /// `delivery_limit` and its handler is not called.
-    pub(crate) fn exhausted(&self, delivery_count: u16) -> bool {
-        delivery_count > self.last_attempt
+    /// Whether a delivery that is attempt `attempt` (its delivery count plus the attempts used
+    /// before a move to the delay topic) with broker delivery count `delivery_count` has used up
+    /// its attempts: it goes to the DLQ with reason `delivery_limit` and its handler is not
+    /// called.
+    pub(crate) fn exhausted(&self, attempt: u16, delivery_count: u16) -> bool {
+        attempt > self.last_attempt || delivery_count > self.last_delivery
     }
 
     /// What to do with a record whose handler ended with `outcome` on attempt `attempt`.
@@ -218,8 +248,23 @@ mod tests {
         assert_eq!(policy(Some(7), None).last_attempt(), 7);
         assert_eq!(policy(None, None).last_attempt(), 4);
         let p = policy(None, Some(3));
-        assert!(!p.exhausted(2));
-        assert!(p.exhausted(3));
+        assert!(!p.exhausted(2, 2));
+        assert!(p.exhausted(3, 3));
+    }
+
+    #[test]
+    fn attempts_before_a_move_count_and_the_broker_s_last_delivery_stays_reserved() {
+        // Two attempts allowed, the group's limit 5.
+        let p = policy(Some(2), Some(5));
+        // A delay-topic copy of a record that used one attempt: its first delivery is attempt 2.
+        assert!(!p.exhausted(2, 1));
+        assert!(p.exhausted(3, 2));
+        // However few attempts were used before (a copy that only waited carries 0), the copy's
+        // own last delivery is the hand-off's: a copy that keeps crashing the worker goes to the
+        // DLQ, never to the broker's archive.
+        let p = policy(None, Some(5));
+        assert!(!p.exhausted(4, 4));
+        assert!(p.exhausted(5, 5));
     }
 
     #[test]
@@ -297,5 +342,26 @@ mod tests {
         .unwrap_err();
         assert!(err.message().contains("max_attempts"), "{err}");
         PolicyConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn broker_dead_letters_exclude_a_sink_and_plain_rejects() {
+        let broker = PolicyConfig {
+            broker_dlq: true,
+            ..PolicyConfig::default()
+        };
+        broker.validate().unwrap();
+        let both = PolicyConfig {
+            dlq: Some(Arc::new(crate::testing::MemoryDlq::new())),
+            ..broker.clone()
+        };
+        let err = both.validate().unwrap_err();
+        assert!(err.message().contains("`dlq` and `broker_dlq`"), "{err}");
+        let plain = PolicyConfig {
+            dlq_on_reject: false,
+            ..broker
+        };
+        let err = plain.validate().unwrap_err();
+        assert!(err.message().contains("dlq_on_reject"), "{err}");
     }
 }

@@ -9,6 +9,7 @@ use opentelemetry::metrics::Meter;
 use tower::Service;
 use tower::util::BoxService;
 
+use crate::delay::{DelaySink, DelayTopic};
 use crate::dlq::DlqSink;
 use crate::handler::JobDefinition;
 use crate::policy::Backoff;
@@ -16,8 +17,9 @@ use crate::source::ShareSource;
 use crate::{Error, ErrorKind, Job, Outcome, Result};
 
 use super::Worker;
-use super::config::Config;
-use super::routes::Routes;
+use super::config::{Config, DelayConfig};
+use super::rate::RateLimit;
+use super::routes::{RouteLimits, Routes};
 use super::shutdown::ShutdownHandle;
 
 /// The service type a route runs, boxed so that users name at most `Worker<S>`.
@@ -32,6 +34,18 @@ pub struct WorkerBuilder<S> {
     meter: Option<Meter>,
     /// Per-route job timeouts, applied at `build` (so they may precede their routes).
     route_timeouts: Vec<(Arc<str>, Duration)>,
+    /// Per-route limits, applied at `build`: the setting's name, the topic, the change.
+    route_limits: Vec<(&'static str, Arc<str>, LimitChange)>,
+    /// The delay topic template, applied at `build` with the sink.
+    delay_topic: DelayTopic,
+}
+
+/// One per-route limit setting.
+#[derive(Clone, Copy, Debug)]
+enum LimitChange {
+    Rate(RateLimit),
+    PerKey(RateLimit),
+    KeyConcurrency(usize),
 }
 
 impl<S: ShareSource> WorkerBuilder<S> {
@@ -43,6 +57,8 @@ impl<S: ShareSource> WorkerBuilder<S> {
             error: None,
             meter: None,
             route_timeouts: Vec::new(),
+            route_limits: Vec::new(),
+            delay_topic: DelayTopic::default(),
         }
     }
 
@@ -179,6 +195,26 @@ impl<S: ShareSource> WorkerBuilder<S> {
         self
     }
 
+    /// Lets the broker write the dead letters (Kafka 4.4+, KIP-1191), instead of a sink: every record
+    /// that would go to the sink is REJECTed at once, and the broker writes it to the group's
+    /// dead-letter topic (`errors.deadletterqueue.topic.name`), with its `__dlq.errors.*` headers.
+    /// The worker's reason and error are not in the broker's letter: each such REJECT is logged
+    /// with the record's topic, partition and offset, the reason and the error, and counted in
+    /// `share_worker_dlq_broker_handoffs_total{topic,reason}`
+    /// ([`Summary::dlq_broker_handoffs`](super::Summary::dlq_broker_handoffs)).
+    ///
+    /// The worker refuses to start unless the source says the broker writes this group's dead
+    /// letters ([`ShareSource::broker_dlq`](crate::source::ShareSource::broker_dlq)): a broker
+    /// older than 4.4, a group without a dead-letter topic, or a topic the broker would refuse.
+    /// Unlike a sink, the broker does not confirm a letter before it archives the record: a write
+    /// that fails later (the topic deleted, say) is only in the broker's log. Not with
+    /// [`dlq`](Self::dlq) (every letter would be written twice) nor with `dlq_on_reject(false)`
+    /// (the broker dead-letters every REJECT).
+    pub fn broker_dlq(mut self) -> Self {
+        self.config.policy.broker_dlq = true;
+        self
+    }
+
     /// Whether an explicit [`Outcome::Reject`] goes to the dead-letter sink (reason `rejected`)
     /// before its REJECT. Default true; false makes it a plain REJECT.
     pub fn dlq_on_reject(mut self, on: bool) -> Self {
@@ -197,6 +233,80 @@ impl<S: ShareSource> WorkerBuilder<S> {
     /// that timed out may still land: the record can then be dead-lettered twice, never zero times.
     pub fn dlq_timeout(mut self, timeout: Duration) -> Self {
         self.config.policy.dlq_timeout = timeout;
+        self
+    }
+
+    /// Moves long waits out of the worker through `sink` (a
+    /// [`JobProducer`](crate::produce::JobProducer)): records due later than
+    /// [`max_hold`](Self::max_hold), retries whose backoff is longer, retries that find
+    /// [`max_held`](Self::max_held) records already held, and records of a key that has too many
+    /// waiting. Each goes to its route's delay topic ([`delay_topic`](Self::delay_topic), by
+    /// default `{topic}.delay`), and is ACCEPTed only once the copy is confirmed. See
+    /// [`crate::delay`].
+    ///
+    /// **The source must subscribe to the delay topics too** (e.g.
+    /// [`KafkaSourceBuilder::delay_topics`](crate::kafka::KafkaSourceBuilder::delay_topics)):
+    /// their records run on their origin's route when they are due. Without a delay sink every
+    /// wait is held in the worker, however long.
+    pub fn delay(mut self, sink: impl DelaySink) -> Self {
+        self.config.delay = Some(DelayConfig {
+            sink: Arc::new(sink),
+            topic: DelayTopic::default(),
+        });
+        self
+    }
+
+    /// The delay topic of each route (default `{topic}.delay`); with [`delay`](Self::delay).
+    pub fn delay_topic(mut self, topic: DelayTopic) -> Self {
+        self.delay_topic = topic;
+        self
+    }
+
+    /// The longest wait the worker holds itself, renewing the record's lock (default 5 min); with
+    /// [`delay`](Self::delay), anything longer moves to the delay topic.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.config.max_hold = max_hold;
+        self
+    }
+
+    /// How often records may start over all routes. A record over the limit waits in its slot,
+    /// its lock renewed, and never has its delivery count raised for it.
+    pub fn rate_limit(mut self, rate: RateLimit) -> Self {
+        self.config.rate_limit = Some(rate);
+        self
+    }
+
+    /// How often records of `topic`'s route may start.
+    pub fn route_rate_limit(mut self, topic: impl Into<Arc<str>>, rate: RateLimit) -> Self {
+        self.route_limits
+            .push(("route_rate_limit", topic.into(), LimitChange::Rate(rate)));
+        self
+    }
+
+    /// How often records of one key may start on `topic`'s route (an SMS gateway's one message
+    /// per second per phone number). Records without a key are not limited by it. A record over
+    /// it waits; when too many records of its key already wait (an eighth of the concurrency, at
+    /// least 2), it moves to the delay topic (with [`delay`](Self::delay)) instead, so one hot key
+    /// never takes the slots of the others. The limiter keeps at most 65,536 keys (hashed).
+    pub fn route_key_rate_limit(mut self, topic: impl Into<Arc<str>>, rate: RateLimit) -> Self {
+        self.route_limits.push((
+            "route_key_rate_limit",
+            topic.into(),
+            LimitChange::PerKey(rate),
+        ));
+        self
+    }
+
+    /// How many records of one key may run at once in this worker on `topic`'s route (1: never
+    /// two at once). Share groups give no order and no exclusion across worker processes: another
+    /// worker may run a record of the same key meanwhile. Records without a key are not limited
+    /// by it; records of a busy key wait without holding back other keys.
+    pub fn route_key_concurrency(mut self, topic: impl Into<Arc<str>>, limit: usize) -> Self {
+        self.route_limits.push((
+            "route_key_concurrency",
+            topic.into(),
+            LimitChange::KeyConcurrency(limit),
+        ));
         self
     }
 
@@ -233,16 +343,52 @@ impl<S: ShareSource> WorkerBuilder<S> {
                 ));
             }
         }
+        for (setting, topic, change) in self.route_limits {
+            match change {
+                LimitChange::Rate(rate) | LimitChange::PerKey(rate) => {
+                    rate.quota(setting)?;
+                }
+                LimitChange::KeyConcurrency(0) => {
+                    return Err(Error::new(
+                        ErrorKind::Config,
+                        format!("`{setting}`: topic `{topic}`: expected at least 1"),
+                    ));
+                }
+                LimitChange::KeyConcurrency(_) => {}
+            }
+            let apply = |limits: &mut RouteLimits| match change {
+                LimitChange::Rate(rate) => limits.rate = Some(rate),
+                LimitChange::PerKey(rate) => limits.per_key = Some(rate),
+                LimitChange::KeyConcurrency(n) => limits.key_concurrency = Some(n),
+            };
+            if !routes.set_limits(&topic, apply) {
+                return Err(Error::new(
+                    ErrorKind::Config,
+                    format!(
+                        "`{setting}`: topic `{topic}` has no route; add it with `route` or `job`"
+                    ),
+                ));
+            }
+        }
         if routes.is_empty() {
             return Err(Error::new(
                 ErrorKind::Config,
                 "`route`: expected at least one route",
             ));
         }
+        let mut config = self.config;
+        if let Some(delay) = &mut config.delay {
+            delay.topic = self.delay_topic;
+            let group = self.source.group().unwrap_or_default().to_owned();
+            let template = delay.topic.clone();
+            routes
+                .set_delay_topics(|topic| template.render(topic, &group))
+                .map_err(|why| Error::new(ErrorKind::Config, format!("`delay_topic`: {why}")))?;
+        }
         Ok(Worker {
             source: self.source,
             routes,
-            config: self.config,
+            config,
             shutdown: ShutdownHandle::new(),
             health: super::WorkerHealth::new(),
             meter: self

@@ -1,9 +1,22 @@
 //! The runtime's validated settings.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::rate::RateLimit;
+use crate::delay::{DelaySink, DelayTopic};
 use crate::policy::PolicyConfig;
 use crate::{Error, ErrorKind, Result};
+
+/// Where long waits go: the delay sink and the topics it writes.
+#[derive(Clone, Debug)]
+pub(crate) struct DelayConfig {
+    pub(crate) sink: Arc<dyn DelaySink>,
+    pub(crate) topic: DelayTopic,
+}
+
+/// The longest wait held in the worker by default when a delay sink is configured.
+pub(crate) const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(300);
 
 /// Settings of one [`Worker`](super::Worker), checked once by the builder.
 #[derive(Clone, Debug)]
@@ -24,6 +37,15 @@ pub(crate) struct Config {
     pub(crate) limit_refresh: Duration,
     /// Whether locks are renewed: `false` when the group refuses RENEW (read at start).
     pub(crate) renewal: bool,
+    /// The delay topics, when long waits move there.
+    pub(crate) delay: Option<DelayConfig>,
+    /// The longest wait held in the worker when a delay sink is configured.
+    pub(crate) max_hold: Duration,
+    /// How often records may start, over all routes.
+    pub(crate) rate_limit: Option<RateLimit>,
+    /// Whether the broker writes the letters of records REJECTed without a sink (broker mode, or
+    /// no sink and a broker dead-letter queue; read at start).
+    pub(crate) broker_writes_letters: bool,
 }
 
 impl Default for Config {
@@ -37,6 +59,10 @@ impl Default for Config {
             policy: PolicyConfig::default(),
             limit_refresh: Duration::from_secs(60),
             renewal: true,
+            delay: None,
+            max_hold: DEFAULT_MAX_HOLD,
+            rate_limit: None,
+            broker_writes_letters: false,
         }
     }
 }
@@ -60,7 +86,24 @@ impl Config {
         if self.limit_refresh < Duration::from_secs(1) {
             return fail("`delivery_limit_refresh`: expected at least 1s");
         }
+        if self.max_hold.is_zero() {
+            return fail("`max_hold`: expected a duration above 0");
+        }
+        if let Some(rate) = &self.rate_limit {
+            rate.quota("rate_limit")?;
+        }
         self.policy.validate()
+    }
+
+    /// Records of one key that may wait in the worker (for the key, or its rate limit) before more
+    /// move to the delay topic: an eighth of the concurrency, at least 2.
+    pub(crate) fn max_waiting_per_key(&self) -> usize {
+        (self.concurrency / 8).max(2)
+    }
+
+    /// Records that may wait for a key or a key's limit, over all keys: half the concurrency.
+    pub(crate) fn max_waiting_for_keys(&self) -> usize {
+        (self.concurrency / 2).max(1)
     }
 
     /// Records held for a backoff at most: `max_held`, or half the concurrency (at least 1).

@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::summary::Summary;
+
 /// How often the dispatcher wakes when nothing else wakes it (1 s), so that a loop that stops
 /// running shows as silent within about this long.
 pub(crate) const TICK: Duration = Duration::from_secs(1);
@@ -41,7 +43,26 @@ struct Shared {
     dlq_failure: Mutex<Option<String>>,
     /// Why fetching fails, while it does.
     fetch_failure: Mutex<Option<String>>,
+    /// The counts as last published by the dispatcher, and when (ms since `origin` plus one).
+    progress: Mutex<WorkerProgress>,
+    progress_at_ms: AtomicU64,
 }
+
+/// What a running worker has done so far, from [`WorkerHealth::progress`]: its [`Summary`] as of
+/// the last publication (at most [`PROGRESS_EVERY`] old while it runs) and its occupancy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerProgress {
+    /// The counts so far; the final ones are what [`Worker::run`](super::Worker::run) returns.
+    pub summary: Summary,
+    /// Records fetched and not yet settled with the broker.
+    pub in_flight: usize,
+    /// Retries waiting out their backoff.
+    pub held: usize,
+}
+
+/// How often the dispatcher publishes its counts for [`WorkerHealth::progress`] at most.
+pub const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
 impl Default for WorkerHealth {
     fn default() -> Self {
@@ -55,6 +76,8 @@ impl Default for WorkerHealth {
                 last_stall_ms: AtomicU64::new(0),
                 dlq_failure: Mutex::new(None),
                 fetch_failure: Mutex::new(None),
+                progress: Mutex::new(WorkerProgress::default()),
+                progress_at_ms: AtomicU64::new(0),
             }),
         }
     }
@@ -122,6 +145,34 @@ impl WorkerHealth {
     /// Why the dead-letter sink fails, while it does (fetching is paused meanwhile).
     pub fn dlq_failure(&self) -> Option<String> {
         read(&self.inner.dlq_failure)
+    }
+
+    /// The worker's counts and occupancy as last published (every [`PROGRESS_EVERY`] at most
+    /// while it runs, and when it stops): for status lines and dashboards.
+    pub fn progress(&self) -> WorkerProgress {
+        *self
+            .inner
+            .progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Publishes the counts if the last publication is older than [`PROGRESS_EVERY`] (always
+    /// when `now_or_never`): one clock read per wake, a copy under a lock four times a second.
+    pub(crate) fn publish(&self, now_or_never: bool, progress: impl FnOnce() -> WorkerProgress) {
+        // Plus one: 0 is "never published".
+        let ms = u64::try_from(self.inner.origin.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1;
+        let last = self.inner.progress_at_ms.load(Ordering::Relaxed);
+        let every = PROGRESS_EVERY.as_millis() as u64;
+        if !now_or_never && last != 0 && ms.saturating_sub(last) < every {
+            return;
+        }
+        self.inner.progress_at_ms.store(ms, Ordering::Relaxed);
+        *self
+            .inner
+            .progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = progress();
     }
 
     /// The dispatcher's loop ran now.
@@ -211,5 +262,24 @@ mod tests {
         std::thread::sleep(Duration::from_millis(30));
         let why = health.liveness(Duration::from_millis(10)).unwrap_err();
         assert!(why.contains("has not run for"), "{why}");
+    }
+
+    #[test]
+    fn progress_is_published_at_most_every_interval_and_always_at_the_end() {
+        let health = WorkerHealth::new();
+        let at = |accepted| WorkerProgress {
+            summary: Summary {
+                accepted,
+                ..Summary::default()
+            },
+            in_flight: 3,
+            held: 1,
+        };
+        health.publish(false, || at(1));
+        assert_eq!(health.progress(), at(1), "the first publication");
+        health.publish(false, || at(2));
+        assert_eq!(health.progress(), at(1), "too soon");
+        health.publish(true, || at(3));
+        assert_eq!(health.progress(), at(3), "the final one");
     }
 }

@@ -1,11 +1,13 @@
-//! [`Holds`]: records waiting out a retry backoff, ordered by when they are released.
+//! [`Holds`]: records waiting out a retry backoff or their not-before, ordered by when the wait
+//! ends.
 
 use tokio::time::Instant;
 
 use super::deadlines::Deadlines;
 use super::slots::SlotKey;
 
-/// Records held for a backoff. Bounded by `max_held`; each holds its slot and its lock meanwhile.
+/// Records held for a backoff or until their not-before. Bounded by `max_held` (the lifecycle asks
+/// [`has_room`](Self::has_room) first); each holds its slot and its lock meanwhile.
 #[derive(Debug)]
 pub(crate) struct Holds {
     due: Deadlines,
@@ -26,13 +28,10 @@ impl Holds {
         self.due.len() < self.max
     }
 
-    /// Holds `key` until `until`; `false` (and nothing held) when `max_held` records already are.
-    pub(crate) fn hold(&mut self, key: SlotKey, until: Instant) -> bool {
-        if self.due.len() >= self.max {
-            return false;
-        }
+    /// Holds `key` until `until` (past `max_held` only for a delayed record without a delay
+    /// sink: it cannot be released without using an attempt).
+    pub(crate) fn hold(&mut self, key: SlotKey, until: Instant) {
         self.due.schedule(key, until);
-        true
     }
 
     /// Stops holding `key` (held until `until`).

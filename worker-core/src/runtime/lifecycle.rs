@@ -7,16 +7,26 @@
 //! |---|---|---|---|
 //! | (arrival) | shutting down | `Acking(Release)` | release |
 //! | (arrival) | did not decode / past its attempts | `DeadLettering` | write the letter (or reject without a sink) |
-//! | (arrival) | routed / unrouted | `Queued` / `Acking(Release)` | queue / release |
+//! | (arrival) | unrouted | `Acking(Release)` | release |
+//! | (arrival) | not before later | `Delayed` / `Moving` | wait / move to the delay topic ([`wait`]) |
+//! | (arrival) | routed, due | `Admitting` | check the limits and the key |
+//! | `Admitting` | admitted / over a limit / key busy | `Queued` / `Throttled` / `KeyWait`, or `Moving` | queue / wait / move |
+//! | `Delayed` / `Throttled` | due | `Admitting` (a far delay record: `Moving`) | check again / move |
+//! | `KeyWait` | key freed | `Admitting` | check again |
 //! | `Queued` | service ready | `Running` | call (forget if its lock was lost) |
-//! | `Running` | finished | per the [policy](crate::policy) | accept, hold, reject, dead-letter (forget if lost) |
+//! | `Running` | finished | per the [policy](crate::policy) | accept, hold, move, reject, dead-letter (forget if lost) |
 //! | `Held` | hold ended | `Acking(Release)` | release |
+//! | `Moving` | written | `Acking(Accept)` | accept the original (forget if lost) |
+//! | `Moving` | refused for good / grace over | `Acking(Release)` | release |
+//! | `Delayed` / `Throttled` / `KeyWait` | shutdown | `Moving` (with a delay sink) or `Acking(Release)` | move / release |
 //! | `DeadLettering` | written | `Acking(Reject)` | reject (forget if lost) |
 //! | `DeadLettering` | refused for good | `Acking(Release)` | release (forget if lost) |
-//! | any but `Acking` | renewal failed | lost: `Queued`/`Running` cancelled, `Held` forgotten | |
+//! | any but `Acking` | renewal failed | lost: `Queued`/`Running` cancelled, waiting ones forgotten | |
 //! | `Queued` / `Held` | shutdown | `Acking(Release)` | release |
 //! | `Running` / `DeadLettering` | grace over | `Acking(Release)` | cancel (running), release |
 //! | `Acking` | answered | (gone) | free the slot |
+
+mod wait;
 
 use std::ops::Add;
 use std::time::Duration;
@@ -26,44 +36,73 @@ use crate::dlq::DlqReason;
 use crate::policy::{Cause, Policy, Verdict};
 use crate::source::{AckError, AckKind};
 
+pub(crate) use wait::{Admission, LimitKind, MoveReason, MoveWait};
+
 /// Where a record is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase<T> {
-    /// Fetched, waiting for its route's service to be ready.
+    /// Not to run before `until` (its `share.not-before`, or for a far delay-topic record the end
+    /// of its hold): its lock renewed meanwhile.
+    Delayed { until: T },
+    /// Being checked against the rate limits and its key (the dispatcher answers at once).
+    Admitting,
+    /// Over a rate limit until `until`, its lock renewed; then checked again.
+    Throttled { until: T },
+    /// Its key runs in this worker as often as the route allows; checked again when it is free.
+    KeyWait,
+    /// Admitted, waiting for its route's service to be ready.
     Queued,
     /// Its handler runs.
     Running,
     /// A retry waiting out its backoff until `until`, its lock renewed; then it is released.
     Held { until: T },
+    /// Waiting for the delay sink to confirm its copy, its lock renewed; then accepted.
+    Moving(MoveReason),
     /// Waiting for the dead-letter sink to confirm its letter, its lock renewed; then rejected.
     DeadLettering(DlqReason),
     /// Its acknowledgement is on the way.
     Acking(AckKind),
 }
 
-/// One record's state: its phase, whether its lock was lost, and its attempt (the broker's
-/// delivery count).
+/// One record's state: its phase, whether its lock was lost, its attempt and when it may run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Life<T> {
     pub(crate) phase: Phase<T>,
     /// A renewal failed: the lock is gone and its outcome will not be acknowledged.
     pub(crate) lost: bool,
+    /// The attempt this delivery is: the broker's delivery count, plus the attempts a delay-topic
+    /// record used before it was moved.
     pub(crate) attempt: u16,
+    /// When it may run, if it said (`share.not-before`).
+    pub(crate) not_before: Option<T>,
 }
 
 /// What is known of a record as it arrives.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Arrival<'a> {
+    /// Its attempt: the broker's delivery count plus the attempts used before a move.
     pub(crate) attempt: u16,
-    /// Why the source could not decode it, if it could not.
+    /// The broker's delivery count alone, checked against the group's delivery limit.
+    pub(crate) delivery_count: u16,
+    /// Why the source could not decode it (or its delay headers do not parse), if so.
     pub(crate) undecodable: Option<&'a str>,
     /// Whether a route handles its topic.
     pub(crate) routed: bool,
+    /// How long until it may run (`share.not-before` in the future), if it must wait.
+    pub(crate) wait: Option<Duration>,
+    /// It came from a delay topic.
+    pub(crate) from_delay: bool,
 }
 
 /// Something that happened to a record.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Event<'a> {
+    /// What the limits and its key say about running it now (answers [`Effect::Admit`]).
+    Admission(Admission),
+    /// Its wait (`Delayed`, `Throttled`) ended.
+    Due,
+    /// A record of its key ended: it may be its turn.
+    KeyFreed,
     /// Its route's service is ready to take it.
     Ready,
     /// Its handler ended with `outcome` (a panic or the job timeout are retries by `cause`).
@@ -74,7 +113,9 @@ pub(crate) enum Event<'a> {
     RenewalFailed(&'a AckError),
     /// The dead-letter sink confirmed its letter.
     Written,
-    /// The dead-letter sink refused its letter for good (the worker stops).
+    /// The delay sink confirmed its copy.
+    Moved,
+    /// The dead-letter or delay sink refused it for good (the worker stops).
     Refused,
     /// The worker began shutting down.
     ShutdownStarted,
@@ -87,6 +128,18 @@ pub(crate) enum Event<'a> {
 /// What the dispatcher does for a step.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Effect {
+    /// Check it against the rate limits and its key; answer with [`Event::Admission`].
+    Admit,
+    /// Wait until the phase's `until` (`Delayed`, `Throttled`), then step [`Event::Due`].
+    Wait,
+    /// Wait for its key: step [`Event::KeyFreed`] when a record of that key ends.
+    WaitForKey,
+    /// Write its copy to the delay topic, with `attempts` as `share.attempt`.
+    Move {
+        reason: MoveReason,
+        attempts: u16,
+        wait: MoveWait,
+    },
     /// Queue it for its route's service.
     Enqueue,
     /// Call the handler.
@@ -105,6 +158,16 @@ pub(crate) enum Effect {
     Free,
 }
 
+/// Where a dead letter goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum LetterPath {
+    /// To the sink; the error rides on [`Effect::WriteDeadLetter`].
+    Sink,
+    /// No sink writes it: the record is REJECTed at once (a broker with its own dead-letter queue
+    /// writes the letter then). The error is kept here for the log, the only place it goes.
+    Reject { error: String },
+}
+
 /// What a step means, for the summary, the metrics, the span and the log: reporting reads these
 /// and nothing else.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,8 +176,8 @@ pub(crate) enum Fact {
     ReleasedOnShutdown,
     /// Released: no route handles its topic.
     Unrouted,
-    /// Sent down the dead-letter path; `sink` false: rejected at once for want of a sink.
-    DeadLettered { reason: DlqReason, sink: bool },
+    /// Sent down the dead-letter path.
+    DeadLettered { reason: DlqReason, path: LetterPath },
     /// Its handler ended this way.
     Completed(Ending),
     /// The outcome came after its lock was lost: dropped, the record may run again.
@@ -129,6 +192,18 @@ pub(crate) enum Fact {
     HoldStarted,
     /// Released at once: `max_held` records were already held.
     HeldOverflow,
+    /// Waiting for its `share.not-before`.
+    Delayed,
+    /// Over a rate limit: waiting for a permit.
+    RateLimited(LimitKind),
+    /// Its key is busy: waiting for it.
+    KeyBusy,
+    /// Its copy is being written to the delay topic.
+    Moving(MoveReason),
+    /// Its copy is in the delay topic.
+    Moved(MoveReason),
+    /// Released at shutdown (or when the sink refused for good) while its copy was being written.
+    MoveAbandoned,
     /// Its lock was lost (a renewal failed) in this phase.
     LockLost(PhaseKind),
     /// A renewal failed (counted in every phase).
@@ -186,9 +261,14 @@ impl Ending {
 /// A phase without its data, for reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum PhaseKind {
+    Delayed,
+    Admitting,
+    Throttled,
+    KeyWait,
     Queued,
     Running,
     Held,
+    Moving,
     DeadLettering,
     Acking,
 }
@@ -196,6 +276,11 @@ pub(crate) enum PhaseKind {
 impl<T> Phase<T> {
     pub(crate) fn kind(&self) -> PhaseKind {
         match self {
+            Phase::Delayed { .. } => PhaseKind::Delayed,
+            Phase::Admitting => PhaseKind::Admitting,
+            Phase::Throttled { .. } => PhaseKind::Throttled,
+            Phase::KeyWait => PhaseKind::KeyWait,
+            Phase::Moving(_) => PhaseKind::Moving,
             Phase::Queued => PhaseKind::Queued,
             Phase::Running => PhaseKind::Running,
             Phase::Held { .. } => PhaseKind::Held,
@@ -215,8 +300,12 @@ pub(crate) struct Rules<'a, T> {
     pub(crate) stopping: bool,
     /// A dead-letter sink is configured.
     pub(crate) sink: bool,
-    /// Another record may be held for a backoff (`max_held` not reached).
+    /// Another record may be held for a backoff or its not-before (`max_held` not reached).
     pub(crate) can_hold: bool,
+    /// A delay sink is configured: long waits move to the delay topic.
+    pub(crate) delay_sink: bool,
+    /// The longest wait held in the worker when a delay sink is configured.
+    pub(crate) max_hold: Duration,
 }
 
 /// At most `N` items, inline: steps allocate nothing.
@@ -275,30 +364,37 @@ impl Step {
     }
 }
 
-impl<T: Copy + Add<Duration, Output = T>> Life<T> {
+impl<T: Copy + PartialOrd + Add<Duration, Output = T>> Life<T> {
     /// A record arriving: its first phase and what to do.
     pub(crate) fn arrive(arrival: Arrival<'_>, rules: Rules<'_, T>) -> (Self, Step) {
         let mut life = Life {
-            phase: Phase::Queued,
+            phase: Phase::Admitting,
             lost: false,
             attempt: arrival.attempt,
+            not_before: arrival.wait.map(|wait| rules.now + wait),
         };
         let step = if rules.stopping {
             life.release().fact(Fact::ReleasedOnShutdown)
         } else if let Some(why) = arrival.undecodable {
             let error = format!("the record did not decode: {why}");
             life.dead_letter(DlqReason::Decode, error, rules)
-        } else if rules.policy.exhausted(arrival.attempt) {
+        } else if rules
+            .policy
+            .exhausted(arrival.attempt, arrival.delivery_count)
+        {
             let error = format!(
-                "delivered {} times without an outcome (attempts allowed: {}): earlier attempts crashed or lost their lock",
+                "delivered {} times without an outcome (attempt {}, attempts allowed: {}): earlier attempts crashed or lost their lock",
+                arrival.delivery_count,
                 arrival.attempt,
                 rules.policy.last_attempt()
             );
             life.dead_letter(DlqReason::DeliveryLimit, error, rules)
-        } else if arrival.routed {
-            Step::default().effect(Effect::Enqueue)
-        } else {
+        } else if !arrival.routed {
             life.release().fact(Fact::Unrouted)
+        } else if let Some(wait) = arrival.wait {
+            life.wait_until(wait, arrival.from_delay, rules)
+        } else {
+            life.admit()
         };
         (life, step)
     }
@@ -311,6 +407,38 @@ impl<T: Copy + Add<Duration, Output = T>> Life<T> {
     /// Applies `event`; returns what to do and what it means.
     pub(crate) fn step(&mut self, event: Event<'_>, rules: Rules<'_, T>) -> Step {
         match (event, self.phase) {
+            (Event::Admission(_), Phase::Admitting) if self.lost => {
+                Step::default().effect(Effect::Forget)
+            }
+            (Event::Admission(_), Phase::Admitting) if rules.stopping => {
+                self.release().fact(Fact::ReleasedOnShutdown)
+            }
+            (Event::Admission(admission), Phase::Admitting) => self.admitted(admission, rules),
+            (Event::Due, Phase::Delayed { .. }) => self.delay_ended(rules),
+            (Event::Due, Phase::Throttled { .. }) | (Event::KeyFreed, Phase::KeyWait) => {
+                self.admit()
+            }
+            (Event::Moved, Phase::Moving(reason)) => {
+                if self.lost {
+                    Step::default()
+                        .effect(Effect::Forget)
+                        .fact(Fact::Moved(reason))
+                        .fact(Fact::PossibleDuplicate)
+                } else {
+                    self.acknowledge(AckKind::Accept).fact(Fact::Moved(reason))
+                }
+            }
+            (Event::Refused | Event::GraceOver, Phase::Moving(_)) => {
+                if self.lost {
+                    Step::default().effect(Effect::Forget)
+                } else {
+                    self.release().fact(Fact::MoveAbandoned)
+                }
+            }
+            (
+                Event::ShutdownStarted,
+                Phase::Delayed { .. } | Phase::Throttled { .. } | Phase::KeyWait,
+            ) => self.shutdown_waiting(rules),
             (Event::Ready, Phase::Queued) if self.lost => Step::default().effect(Effect::Forget),
             (Event::Ready, Phase::Queued) => {
                 self.phase = Phase::Running;
@@ -404,10 +532,16 @@ impl<T: Copy + Add<Duration, Output = T>> Life<T> {
     }
 
     /// Holds a retry for `delay` (its lock renewed), then releases it; at once when the delay is
-    /// zero, when shutting down, or when `max_held` records are already held.
+    /// zero or when shutting down. With a delay sink a delay longer than `max_hold`, or one that
+    /// finds `max_held` records already held, moves the record to the delay topic instead;
+    /// without one the latter is released at once.
     fn hold(&mut self, delay: Duration, rules: Rules<'_, T>) -> Step {
         if delay.is_zero() || rules.stopping {
             return self.release();
+        }
+        if rules.delay_sink && (delay > rules.max_hold || !rules.can_hold) {
+            // This delivery ran its handler: it counts.
+            return self.move_to_delay(MoveReason::Retry, self.attempt, MoveWait::For(delay));
         }
         if !rules.can_hold {
             return self.release().fact(Fact::HeldOverflow);
@@ -420,17 +554,19 @@ impl<T: Copy + Add<Duration, Output = T>> Life<T> {
 
     /// To the dead-letter sink (rejected once it confirms), or without one straight to REJECT.
     fn dead_letter(&mut self, reason: DlqReason, error: String, rules: Rules<'_, T>) -> Step {
-        let fact = Fact::DeadLettered {
-            reason,
-            sink: rules.sink,
-        };
         if !rules.sink {
-            return self.acknowledge(AckKind::Reject).fact(fact);
+            let path = LetterPath::Reject { error };
+            return self
+                .acknowledge(AckKind::Reject)
+                .fact(Fact::DeadLettered { reason, path });
         }
         self.phase = Phase::DeadLettering(reason);
         Step::default()
             .effect(Effect::WriteDeadLetter { reason, error })
-            .fact(fact)
+            .fact(Fact::DeadLettered {
+                reason,
+                path: LetterPath::Sink,
+            })
     }
 
     fn renewal_failed(&mut self, phase: PhaseKind) -> Step {
@@ -440,12 +576,22 @@ impl<T: Copy + Add<Duration, Output = T>> Life<T> {
         }
         let step = step.fact(Fact::LockLost(phase));
         match phase {
-            PhaseKind::Queued | PhaseKind::DeadLettering => {
+            PhaseKind::Queued | PhaseKind::Admitting | PhaseKind::DeadLettering => {
                 // A queued record never starts; a letter is still written: if its lock ran out
                 // at the delivery limit the broker archives the record, and the letter is then
                 // its only copy (a second letter is possible, never none).
                 self.lost = true;
                 step
+            }
+            PhaseKind::Moving => {
+                // The copy is still written: the broker delivers the original again, so the job
+                // may run twice, never zero times.
+                self.lost = true;
+                step
+            }
+            PhaseKind::Delayed | PhaseKind::Throttled | PhaseKind::KeyWait => {
+                // Nothing ran: the broker delivers it again.
+                step.effect(Effect::Forget)
             }
             PhaseKind::Running => {
                 self.lost = true;

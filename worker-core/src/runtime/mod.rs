@@ -21,6 +21,15 @@
 //!   explicit reject and a record that arrives past its attempts go to the dead-letter sink and are
 //!   rejected once it confirmed. The worker never dies of a handler. A record of a topic with no
 //!   route is released with a warning.
+//! - **Waiting.** A record whose `share.not-before` is later waits in its slot (lock renewed) up
+//!   to `max_hold`; records over a [`RateLimit`] (the worker's, its route's or its key's) wait
+//!   for a permit, and records of a busy key (`route_key_concurrency`) for their turn, without
+//!   ever being released for it. With a delay sink ([`WorkerBuilder::delay`]) longer waits, long
+//!   retries, retries beyond `max_held` and a hot key's surplus move to the route's delay topic
+//!   and come back when due, their attempts counted across the move (see [`crate::delay`]).
+//!   Waiting records count against the slots; at most an eighth of the concurrency (at least 2)
+//!   may wait for one key and half of it for keys in all, so a hot key never takes the slots the
+//!   other keys need.
 //! - **Shutdown.** On [`ShutdownHandle::shutdown`] (or ctrl-c / SIGTERM with
 //!   [`Worker::run_until_signal`]) the worker stops fetching, waits up to `shutdown_grace` for
 //!   running handlers, acknowledges what finished, cancels and releases the rest, then closes the
@@ -78,23 +87,26 @@
 //! # }
 //! ```
 
+mod broker_dlq;
 mod builder;
 mod config;
-mod dead_letters;
 mod deadlines;
 mod dispatch;
 mod handler_task;
 mod health;
 mod holds;
+mod keys;
 mod lifecycle;
 mod limit;
 mod observer;
+mod rate;
 mod receipt;
 mod renewal;
 mod routes;
 mod shutdown;
 mod slots;
 mod summary;
+mod writes;
 
 #[cfg(test)]
 mod tests;
@@ -108,7 +120,8 @@ use crate::source::ShareSource;
 use crate::telemetry::metrics::Metrics;
 
 pub use builder::WorkerBuilder;
-pub use health::WorkerHealth;
+pub use health::{PROGRESS_EVERY, WorkerHealth, WorkerProgress};
+pub use rate::RateLimit;
 pub use shutdown::ShutdownHandle;
 pub use summary::{AckFailures, DeadLetterCounts, Summary};
 
@@ -163,15 +176,16 @@ impl<S: ShareSource> Worker<S> {
             health,
             meter,
         } = self;
-        let started = async {
-            let limit = limit::read_at_start(&source, &config.policy).await?;
-            let renewal = renewal::check_at_start(&source, &config, &routes).await?;
-            Ok::<_, crate::Error>((limit, renewal))
-        }
-        .await;
+        // Three reads of the group's configs, each its own admin request: at once.
+        let started = tokio::try_join!(
+            limit::read_at_start(&source, &config.policy),
+            renewal::check_at_start(&source, &config, &routes),
+            broker_dlq::check_at_start(&source, &config.policy),
+        );
         let limit = match started {
-            Ok((limit, renewal)) => {
+            Ok((limit, renewal, broker_writes)) => {
                 config.renewal = renewal;
+                config.broker_writes_letters = broker_writes;
                 limit
             }
             Err(err) => {
@@ -181,18 +195,19 @@ impl<S: ShareSource> Worker<S> {
                 return Err(err);
             }
         };
-        if config.policy.dlq.is_none() {
+        if config.policy.dlq.is_none() && !config.broker_writes_letters {
             tracing::warn!(
                 "no dead-letter sink configured: records that use up their attempts, do not decode or are rejected will be REJECTed (archived by the broker) and only logged"
             );
         }
+        let metrics = Metrics::new(&meter, routes.topics());
         let dispatcher = Dispatcher::new(
             &source,
             &config,
             routes,
             shutdown.token().clone(),
             limit,
-            Metrics::new(&meter),
+            metrics,
             health,
         );
         let (summary, fatal) = dispatcher.run().await;

@@ -10,7 +10,7 @@ use tracing::Span;
 use crate::source::{Delivery, DeliveryId};
 use crate::telemetry::metrics::Metrics;
 
-use super::lifecycle::{Effect, Ending, Event, Fact, PhaseKind, Step};
+use super::lifecycle::{Effect, Ending, Event, Fact, LetterPath, PhaseKind, Step};
 use super::summary::Summary;
 
 /// What one record step is reported against.
@@ -25,13 +25,16 @@ pub(crate) struct Subject<'a> {
 pub(crate) struct Observer {
     pub(crate) summary: Summary,
     pub(crate) metrics: Metrics,
+    /// The broker writes the letters of what the worker REJECTs without a sink (KIP-1191).
+    broker_writes_letters: bool,
 }
 
 impl Observer {
-    pub(crate) fn new(metrics: Metrics) -> Self {
+    pub(crate) fn new(metrics: Metrics, broker_writes_letters: bool) -> Self {
         Self {
             summary: Summary::default(),
             metrics,
+            broker_writes_letters,
         }
     }
 
@@ -109,17 +112,35 @@ impl Observer {
                     record_outcome(span, "unrouted");
                     tracing::warn!(parent: span, record = %id, "no route for this topic: releasing the record");
                 }
-                Fact::DeadLettered { reason, sink } => {
+                Fact::DeadLettered { reason, path } => {
                     self.summary.dead_letters.count(*reason);
                     if event.is_none() {
                         record_outcome(span, reason.as_str());
                     }
-                    let error = dead_letter_error(step);
-                    if *sink {
-                        tracing::warn!(parent: span, record = %id, reason = reason.as_str(), error, "dead-lettering the record");
-                    } else {
-                        self.summary.rejected_without_dlq += 1;
-                        tracing::error!(parent: span, record = %id, reason = reason.as_str(), error, "no dead-letter sink configured: REJECTING the record, the broker archives it and its payload is kept nowhere");
+                    let reason = *reason;
+                    match path {
+                        LetterPath::Sink => {
+                            let error = dead_letter_error(step);
+                            tracing::warn!(parent: span, record = %id, reason = reason.as_str(), error, "dead-lettering the record");
+                        }
+                        LetterPath::Reject { error } if self.broker_writes_letters => {
+                            self.summary.dlq_broker_handoffs += 1;
+                            self.metrics.handed_to_broker_dlq(topic, reason);
+                            tracing::warn!(
+                                parent: span,
+                                record = %id,
+                                topic = %id.topic,
+                                partition = id.partition,
+                                offset = id.offset,
+                                reason = reason.as_str(),
+                                error = error.as_str(),
+                                "REJECTING the record for the broker's dead-letter queue: the broker writes the letter, without this reason and error"
+                            );
+                        }
+                        LetterPath::Reject { error } => {
+                            self.summary.rejected_without_dlq += 1;
+                            tracing::error!(parent: span, record = %id, reason = reason.as_str(), error = error.as_str(), "no dead-letter sink configured: REJECTING the record, the broker archives it and its payload is kept nowhere");
+                        }
                     }
                 }
                 Fact::Completed(ending) => {
@@ -137,7 +158,8 @@ impl Observer {
                     if let Some(Event::Finished { outcome, .. }) = event
                         && let Some(reason) = outcome.reason()
                     {
-                        tracing::info!(parent: span, record = %id, reason, "{}", outcome.as_str());
+                        // One line per record: DEBUG (the binary reports counts at INFO).
+                        tracing::debug!(parent: span, record = %id, reason, "{}", outcome.as_str());
                     }
                 }
                 Fact::LateOutcomeDropped => {
@@ -151,6 +173,33 @@ impl Observer {
                     self.summary.retries_scheduled += 1;
                     tracing::debug!(parent: span, record = %id, "holding the record for its retry backoff");
                 }
+                Fact::Delayed => {
+                    self.summary.delayed += 1;
+                    tracing::debug!(parent: span, record = %id, "holding the record until its not-before");
+                }
+                Fact::RateLimited(limit) => {
+                    self.summary.rate_limited += 1;
+                    self.metrics.rate_limited(topic, limit.as_str());
+                }
+                Fact::KeyBusy => {
+                    self.summary.key_waits += 1;
+                    self.metrics.key_waited(topic);
+                }
+                Fact::Moving(reason) => {
+                    tracing::debug!(parent: span, record = %id, reason = reason.as_str(), "moving the record to its delay topic");
+                }
+                Fact::Moved(reason) => {
+                    self.summary.moved += 1;
+                    if *reason == super::lifecycle::MoveReason::Retry {
+                        self.summary.moved_retries += 1;
+                    }
+                    self.metrics.moved(topic, reason.as_str());
+                    record_outcome(span, "moved");
+                }
+                Fact::MoveAbandoned => {
+                    self.summary.moves_abandoned += 1;
+                    tracing::error!(parent: span, record = %id, "not moved to the delay topic: releasing it (the broker delivers it again, with its delivery count raised)");
+                }
                 Fact::HeldOverflow => {
                     self.summary.held_overflow += 1;
                     tracing::debug!(parent: span, record = %id, "too many retries held: releasing without a backoff");
@@ -158,8 +207,14 @@ impl Observer {
                 Fact::LockLost(phase) => {
                     self.metrics.lock_lost(topic);
                     let what = match phase {
-                        PhaseKind::Queued | PhaseKind::Running => {
+                        PhaseKind::Queued | PhaseKind::Running | PhaseKind::Admitting => {
                             "renewal failed: the lock is lost, cancelling the job"
+                        }
+                        PhaseKind::Delayed | PhaseKind::Throttled | PhaseKind::KeyWait => {
+                            "renewal failed while the record waited: the broker delivers it again"
+                        }
+                        PhaseKind::Moving => {
+                            "renewal failed while the record was being moved: still writing its copy, it may run twice"
                         }
                         PhaseKind::Held => {
                             "renewal failed while the record waited for its retry: the broker delivers it again"
@@ -217,7 +272,10 @@ fn dead_letter_error(step: &Step) -> &str {
 /// or a release without an outcome, `error.type` and an error status.
 pub(crate) fn record_outcome(span: &Span, outcome: &'static str) {
     span.record("share_worker.outcome", outcome);
-    if !matches!(outcome, "accept" | "unrouted" | "released_on_shutdown") {
+    if !matches!(
+        outcome,
+        "accept" | "unrouted" | "released_on_shutdown" | "moved"
+    ) {
         span.record("error.type", outcome);
         span.record("otel.status_code", "error");
     }

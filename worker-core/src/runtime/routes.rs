@@ -11,15 +11,38 @@ use tower::Service;
 use crate::source::Delivery;
 use crate::{Job, Outcome};
 
+use super::rate::RateLimit;
 use super::slots::SlotKey;
+
+/// A route's limits, as configured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RouteLimits {
+    /// How often the route's records may start.
+    pub(crate) rate: Option<RateLimit>,
+    /// How often the records of one key may start.
+    pub(crate) per_key: Option<RateLimit>,
+    /// How many records of one key may run at once in this worker.
+    pub(crate) key_concurrency: Option<usize>,
+}
+
+/// Which route a topic belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Lookup {
+    pub(crate) route: usize,
+    /// The topic is the route's delay topic.
+    pub(crate) from_delay: bool,
+}
 
 /// One topic's service and its queue of fetched records.
 #[derive(Debug)]
 struct Route<Svc> {
     topic: Arc<str>,
+    /// Its delay topic, when the worker moves long waits there.
+    delay_topic: Option<Arc<str>>,
     service: Svc,
     /// This route's job timeout, if it has its own.
     timeout: Option<Duration>,
+    limits: RouteLimits,
     /// Its records not yet being acknowledged (queued, running, held, dead-lettering).
     active: usize,
     /// Whether its topic is paused at the source (it holds its full share of the slots).
@@ -34,7 +57,7 @@ struct Route<Svc> {
 #[derive(Debug)]
 pub(crate) struct Routes<Svc> {
     routes: Vec<Route<Svc>>,
-    by_topic: HashMap<Arc<str>, usize>,
+    by_topic: HashMap<Arc<str>, Lookup>,
     /// Where the next readiness scan starts, so no route starves the others.
     next: usize,
     queued: usize,
@@ -57,11 +80,19 @@ impl<Svc> Routes<Svc> {
         if self.by_topic.contains_key(&topic) {
             return false;
         }
-        self.by_topic.insert(topic.clone(), self.routes.len());
+        self.by_topic.insert(
+            topic.clone(),
+            Lookup {
+                route: self.routes.len(),
+                from_delay: false,
+            },
+        );
         self.routes.push(Route {
             topic,
+            delay_topic: None,
             service,
             timeout: None,
+            limits: RouteLimits::default(),
             active: 0,
             paused: false,
             queue: VecDeque::new(),
@@ -77,18 +108,86 @@ impl<Svc> Routes<Svc> {
         self.routes.iter().map(|r| &*r.topic)
     }
 
-    /// The route for `topic`, if it has one.
-    pub(crate) fn route_for(&self, topic: &str) -> Option<usize> {
+    /// The route for `topic` (its own topic or its delay topic), if it has one.
+    pub(crate) fn route_for(&self, topic: &str) -> Option<Lookup> {
         self.by_topic.get(topic).copied()
+    }
+
+    /// The route whose own topic is `topic`.
+    fn own(&self, topic: &str) -> Option<usize> {
+        self.by_topic
+            .get(topic)
+            .filter(|lookup| !lookup.from_delay)
+            .map(|lookup| lookup.route)
     }
 
     /// Gives `topic`'s route a job timeout of its own; `false` if it has no route.
     pub(crate) fn set_timeout(&mut self, topic: &str, timeout: Duration) -> bool {
-        let Some(&route) = self.by_topic.get(topic) else {
+        let Some(route) = self.own(topic) else {
             return false;
         };
         self.routes[route].timeout = Some(timeout);
         true
+    }
+
+    /// Changes `topic`'s route's limits; `false` if it has no route.
+    pub(crate) fn set_limits(&mut self, topic: &str, set: impl FnOnce(&mut RouteLimits)) -> bool {
+        let Some(route) = self.own(topic) else {
+            return false;
+        };
+        set(&mut self.routes[route].limits);
+        true
+    }
+
+    /// Route `route`'s limits.
+    pub(crate) fn limits(&self, route: usize) -> RouteLimits {
+        self.routes.get(route).map(|r| r.limits).unwrap_or_default()
+    }
+
+    /// Gives every route its delay topic, `name(topic)`; an error names a delay topic that is
+    /// some route's own topic.
+    pub(crate) fn set_delay_topics(
+        &mut self,
+        name: impl Fn(&str) -> String,
+    ) -> std::result::Result<(), String> {
+        for index in 0..self.routes.len() {
+            let delay: Arc<str> = Arc::from(name(&self.routes[index].topic));
+            if self.by_topic.contains_key(&delay) {
+                return Err(format!(
+                    "the delay topic of route `{}` is `{delay}`, which already has a route",
+                    self.routes[index].topic
+                ));
+            }
+            self.by_topic.insert(
+                delay.clone(),
+                Lookup {
+                    route: index,
+                    from_delay: true,
+                },
+            );
+            self.routes[index].delay_topic = Some(delay);
+        }
+        Ok(())
+    }
+
+    /// Route `route`'s topic.
+    pub(crate) fn topic(&self, route: usize) -> Option<&Arc<str>> {
+        self.routes.get(route).map(|r| &r.topic)
+    }
+
+    /// Route `route`'s delay topic, if it has one.
+    pub(crate) fn delay_topic(&self, route: usize) -> Option<&Arc<str>> {
+        self.routes.get(route).and_then(|r| r.delay_topic.as_ref())
+    }
+
+    /// Whether route `route` holds its full share (its topics are paused).
+    pub(crate) fn is_full(&self, route: usize) -> bool {
+        self.routes.get(route).is_some_and(|r| r.paused)
+    }
+
+    /// How many routes there are.
+    pub(crate) fn len(&self) -> usize {
+        self.routes.len()
     }
 
     /// The longest job timeout of any route, `default` standing in for routes without their own.
@@ -118,14 +217,9 @@ impl<Svc> Routes<Svc> {
     }
 
     /// Counts a record of route `route` becoming unfinished (`true`) or finished (`false`).
-    /// Returns the topic to pause or resume at the source when the route reached its `share`
-    /// or fell below it.
-    pub(crate) fn count(
-        &mut self,
-        route: usize,
-        active: bool,
-        share: usize,
-    ) -> Option<(&str, bool)> {
+    /// Returns whether to pause or resume the route's topic at the source when the route reached
+    /// its `share` or fell below it.
+    pub(crate) fn count(&mut self, route: usize, active: bool, share: usize) -> Option<bool> {
         let r = self.routes.get_mut(route)?;
         if active {
             r.active += 1;
@@ -137,7 +231,7 @@ impl<Svc> Routes<Svc> {
             return None;
         }
         r.paused = full;
-        Some((&r.topic, full))
+        Some(full)
     }
 
     /// The most records one fetch may bring so that no route exceeds its `share`: what the
@@ -244,11 +338,11 @@ mod tests {
             assert_eq!(r.count(0, true, share), None);
         }
         assert_eq!(r.fetch_room(share), 1);
-        assert_eq!(r.count(0, true, share), Some(("t0", true)));
+        assert_eq!(r.count(0, true, share), Some(true));
         assert_eq!(r.fetch_room(share), 7, "t1 has its whole share left");
         assert_eq!(r.count(1, true, share), None);
         assert_eq!(r.fetch_room(share), 6);
-        assert_eq!(r.count(0, false, share), Some(("t0", false)));
+        assert_eq!(r.count(0, false, share), Some(false));
         assert_eq!(r.fetch_room(share), 1);
     }
 }

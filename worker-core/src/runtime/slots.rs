@@ -1,8 +1,12 @@
-//! The fixed table of in-flight records: one slot per record from fetch until its acknowledgement
-//! is answered. Its size is twice the concurrency: the fetch loop keeps the records not yet being
-//! acknowledged within the concurrency, and those being acknowledged use the other half.
+//! The table of in-flight records: one slot per record from fetch until its acknowledgement is
+//! answered. It holds three times the concurrency: the fetch loop keeps the records not yet being
+//! acknowledged within the concurrency; those being acknowledged take up to as many again; and a
+//! fetch leaves room for the records a source may add for acknowledgements queued while it waits
+//! (see `start_fetch`). With the third, that room is only taken from a fetch while the broker is
+//! slow to answer acknowledgements. Entries are made on first use.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -10,7 +14,7 @@ use tracing::Span;
 
 use crate::source::{Delivery, DeliveryId};
 
-use super::lifecycle::Life;
+use super::lifecycle::{Life, LimitKind};
 
 /// Names one occupancy of one slot: a slot reused for a later record gets a new `seq`, so late
 /// events for the earlier record are recognised and ignored.
@@ -37,6 +41,39 @@ pub(crate) struct InFlight {
     /// The route whose service handles it, if any.
     pub(crate) route: Option<usize>,
     pub(crate) span: Span,
+    /// The record while it waits to be admitted (not-before, a rate limit, its key).
+    pub(crate) parked: Option<Delivery>,
+    /// The hash of its key, when its route limits or serialises records by key.
+    pub(crate) key: Option<u64>,
+    /// It holds a turn of its key (`key-concurrency`) while queued or running.
+    pub(crate) holds_key: bool,
+    /// The limit it waits for while throttled (set by the admission check).
+    pub(crate) throttle: Option<LimitKind>,
+    /// What the dispatcher counts it in now.
+    pub(crate) counted: Counted,
+    /// Where a delay-topic record was moved from.
+    pub(crate) origin: Option<Origin>,
+    /// Its `share.not-before`, written again when it moves.
+    pub(crate) not_before: Option<SystemTime>,
+}
+
+/// Which of the dispatcher's counts a record is in.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Counted {
+    /// Waiting for its not-before.
+    pub(crate) delayed: bool,
+    /// Waiting for a permit of [`InFlight::throttle`].
+    pub(crate) throttled: bool,
+    /// Waiting for its key.
+    pub(crate) key_wait: bool,
+}
+
+/// Where a delay-topic record came from (its `share.origin.*` headers).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Origin {
+    pub(crate) topic: Arc<str>,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
 }
 
 #[derive(Debug)]
@@ -45,25 +82,27 @@ struct Entry {
     job: Option<InFlight>,
 }
 
-/// The slot table.
+/// The slot table. Entries are made when first needed, so slots never used cost no memory.
 #[derive(Debug)]
 pub(crate) struct Slots {
     entries: Vec<Entry>,
+    /// Entries made and not held.
     free: Vec<u32>,
+    capacity: u32,
 }
 
 impl Slots {
     /// `capacity` free slots (at most `u32::MAX`, checked by the config).
     pub(crate) fn new(capacity: usize) -> Self {
-        let capacity = u32::try_from(capacity).unwrap_or(u32::MAX);
         Self {
-            entries: (0..capacity).map(|_| Entry { seq: 0, job: None }).collect(),
-            free: (0..capacity).rev().collect(),
+            entries: Vec::new(),
+            free: Vec::new(),
+            capacity: u32::try_from(capacity).unwrap_or(u32::MAX),
         }
     }
 
     pub(crate) fn free(&self) -> usize {
-        self.free.len()
+        self.capacity as usize - self.held()
     }
 
     pub(crate) fn held(&self) -> usize {
@@ -72,7 +111,14 @@ impl Slots {
 
     /// Takes a free slot for `job`; `None` when every slot is held.
     pub(crate) fn insert(&mut self, job: InFlight) -> Option<SlotKey> {
-        let index = self.free.pop()?;
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None if self.entries.len() < self.capacity as usize => {
+                self.entries.push(Entry { seq: 0, job: None });
+                u32::try_from(self.entries.len() - 1).ok()?
+            }
+            None => return None,
+        };
         let entry = &mut self.entries[index as usize];
         entry.seq = entry.seq.wrapping_add(1);
         entry.job = Some(job);
@@ -141,6 +187,7 @@ pub(crate) mod tests {
                 phase: Phase::Queued,
                 lost: false,
                 attempt: 1,
+                not_before: None,
             },
             cancel: CancellationToken::new(),
             renew_every: None,
@@ -148,6 +195,13 @@ pub(crate) mod tests {
             letter: None,
             route: None,
             span: Span::none(),
+            parked: None,
+            key: None,
+            holds_key: false,
+            throttle: None,
+            counted: Counted::default(),
+            origin: None,
+            not_before: None,
         }
     }
 

@@ -34,10 +34,28 @@ pub struct Summary {
     pub dlq_released_on_shutdown: u64,
     /// Records that should have gone to the DLQ but were REJECTed because no sink is configured.
     pub rejected_without_dlq: u64,
+    /// Records of the dead-letter path REJECTed for the broker to write their letters
+    /// ([`broker_dlq`](crate::WorkerBuilder::broker_dlq), or no sink while the group has a broker
+    /// dead-letter queue).
+    pub dlq_broker_handoffs: u64,
     /// Handlers that panicked (each counted as a retry).
     pub panicked: u64,
     /// Handlers that ran past the job timeout (each counted as a retry).
     pub timed_out: u64,
+    /// Records that waited for their `share.not-before` in the worker (held, lock renewed).
+    pub delayed: u64,
+    /// Records moved to a delay topic (the copy confirmed, the original accepted): long retries
+    /// and waits, keys with too many records waiting, waiting records at shutdown.
+    pub moved: u64,
+    /// Of `moved`, the retries (also counted in `retried`, but not released).
+    pub moved_retries: u64,
+    /// Records still being moved to a delay topic when the shutdown grace period ended (or the
+    /// delay topic refused them for good): RELEASEd.
+    pub moves_abandoned: u64,
+    /// Times a record waited for a rate-limit permit (never with its delivery count raised).
+    pub rate_limited: u64,
+    /// Times a record waited for its key (`key-concurrency`).
+    pub key_waits: u64,
     /// Records released because no route handles their topic.
     pub unrouted: u64,
     /// Records released unfinished at shutdown.

@@ -29,9 +29,11 @@ pub use receipt::{AckReceipt, AckSender};
 /// # Contract
 ///
 /// - [`fetch`](Self::fetch) acquires **at most** `max_records` records (record_limit acquisition),
-///   waiting a short time when none are available, and returns them; an empty vector is a normal
-///   answer. Acknowledgements and renewals queued before the call ride along with it. At most one
-///   fetch is in progress at a time.
+///   plus at most one for each acknowledgement (not renewal) queued while the call waits, whose
+///   record's slot it may give to a broker still long-polling; it waits a short time when none are
+///   available and returns them; an empty vector is a normal answer. Acknowledgements and
+///   renewals queued before the call ride along with it. At most one fetch is in progress at a
+///   time.
 /// - [`acknowledge`](Self::acknowledge) and [`renew`](Self::renew) queue their request at once, before
 ///   they return, and never wait for a fetch: the source sends them with the next request to that
 ///   record's broker, or on their own when no fetch is due. The returned [`AckReceipt`] resolves when
@@ -71,6 +73,19 @@ pub trait ShareSource: Send + Sync + 'static {
     /// default: [`Renewal::Available`].
     fn renewal(&self) -> impl Future<Output = Result<Renewal>> + Send {
         async { Ok(Renewal::Available) }
+    }
+
+    /// Whether the broker writes this group's dead letters itself (Kafka 4.4's KIP-1191: every
+    /// record REJECTed, and every record archived at the delivery-count limit). The worker asks
+    /// once when it starts: in [broker mode](crate::WorkerBuilder::broker_dlq) it refuses to start
+    /// without it, and with its own sink it warns that every letter would be written twice. The
+    /// default: [`BrokerDeadLetters::Off`].
+    fn broker_dlq(&self) -> impl Future<Output = Result<BrokerDeadLetters>> + Send {
+        async {
+            Ok(BrokerDeadLetters::Off {
+                why: "this source has no broker-side dead-letter queue".to_owned(),
+            })
+        }
     }
 
     /// Stops (`paused`) or resumes fetching records of `topic`; acknowledgements and renewals of
@@ -126,6 +141,25 @@ pub enum Renewal {
     Disabled {
         /// How long a lock lasts.
         lock: Duration,
+    },
+}
+
+/// Whether the broker writes a group's dead letters itself ([`ShareSource::broker_dlq`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BrokerDeadLetters {
+    /// It does, to `topic`: every record REJECTed and every record archived at the delivery-count
+    /// limit, with the broker's provenance headers (`__dlq.errors.*`).
+    On {
+        /// The dead-letter topic.
+        topic: String,
+        /// Whether letters carry the record's key and value (never its headers).
+        copy_record: bool,
+    },
+    /// It does not.
+    Off {
+        /// Why, in one line naming the group, the config and the broker.
+        why: String,
     },
 }
 

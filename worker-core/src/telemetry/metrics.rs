@@ -27,6 +27,10 @@ pub(crate) struct Metrics {
     handler_duration: Histogram<f64>,
     in_flight: UpDownCounter<i64>,
     held: UpDownCounter<i64>,
+    delayed: UpDownCounter<i64>,
+    moved: Counter<u64>,
+    rate_limit_waits: Counter<u64>,
+    key_waits: Counter<u64>,
     renewals: Counter<u64>,
     renewal_failures: Counter<u64>,
     locks_lost: Counter<u64>,
@@ -34,6 +38,7 @@ pub(crate) struct Metrics {
     ack_failures: Counter<u64>,
     possible_duplicates: Counter<u64>,
     dlq_writes: Counter<u64>,
+    dlq_broker_handoffs: Counter<u64>,
     dlq_failures: Counter<u64>,
     fetch_duration: Histogram<f64>,
     delivery_count: Histogram<u64>,
@@ -42,14 +47,78 @@ pub(crate) struct Metrics {
     /// The gauges as last reported, so they can be moved by the difference.
     reported_in_flight: i64,
     reported_held: i64,
+    reported_delayed: i64,
 }
 
 fn topic(topic: &Arc<str>) -> KeyValue {
     KeyValue::new(names::TOPIC, topic.clone())
 }
 
+/// Every `outcome` a handler call can end with (`Ending::as_str`).
+pub(crate) const OUTCOMES: [&str; 6] = [
+    "accept",
+    "retry",
+    "reject",
+    "undecodable",
+    "panic",
+    "timeout",
+];
+/// Every acknowledgement type (`AckKind::as_str`).
+const ACK_KINDS: [AckKind; 3] = [AckKind::Accept, AckKind::Release, AckKind::Reject];
+/// Every error class (`AckError::as_str`).
+pub(crate) const ACK_ERRORS: [&str; 6] = [
+    "session_lost",
+    "lock_lost",
+    "leader_moved",
+    "closed",
+    "duplicate",
+    "broker",
+];
+
 impl Metrics {
-    pub(crate) fn new(meter: &Meter) -> Self {
+    /// The instruments, with every counter series known at start (per route topic, outcome, ack
+    /// kind, error class and dead-letter reason) recorded at 0: dashboards and `rate()` alerts see
+    /// a series from the first scrape, not from the first event (the Prometheus convention).
+    pub(crate) fn new<'a>(meter: &Meter, topics: impl IntoIterator<Item = &'a str>) -> Self {
+        let metrics = Self::uninitialised(meter);
+        for name in topics {
+            metrics.zero(&KeyValue::new(names::TOPIC, Arc::<str>::from(name)));
+        }
+        metrics.dlq_failures.add(0, &[]);
+        metrics.stalls.add(0, &[]);
+        metrics
+    }
+
+    /// Records 0 on every counter series of one topic.
+    fn zero(&self, topic: &KeyValue) {
+        let topic = || topic.clone();
+        self.fetched.add(0, &[topic()]);
+        for outcome in OUTCOMES {
+            self.completed
+                .add(0, &[topic(), KeyValue::new(names::OUTCOME, outcome)]);
+        }
+        self.renewals.add(0, &[topic()]);
+        self.locks_lost.add(0, &[topic()]);
+        self.possible_duplicates.add(0, &[topic()]);
+        for error in ACK_ERRORS {
+            self.renewal_failures
+                .add(0, &[topic(), KeyValue::new(names::ERROR, error)]);
+        }
+        for kind in ACK_KINDS {
+            let ack = || KeyValue::new(names::ACK, kind.as_str());
+            self.acks.add(0, &[topic(), ack()]);
+            for error in ACK_ERRORS {
+                self.ack_failures
+                    .add(0, &[topic(), ack(), KeyValue::new(names::ERROR, error)]);
+            }
+        }
+        for reason in DlqReason::ALL {
+            self.dlq_writes
+                .add(0, &[topic(), KeyValue::new(names::REASON, reason.as_str())]);
+        }
+    }
+
+    fn uninitialised(meter: &Meter) -> Self {
         let records = "{record}";
         Self {
             fetched: meter
@@ -77,6 +146,26 @@ impl Metrics {
                 .i64_up_down_counter(names::RECORDS_HELD)
                 .with_description("Retries waiting out their backoff, locks renewed.")
                 .with_unit(records)
+                .build(),
+            delayed: meter
+                .i64_up_down_counter(names::RECORDS_DELAYED)
+                .with_description("Records waiting for their not-before, locks renewed.")
+                .with_unit(records)
+                .build(),
+            moved: meter
+                .u64_counter(names::RECORDS_MOVED)
+                .with_description("Records moved to a delay topic, by reason.")
+                .with_unit(records)
+                .build(),
+            rate_limit_waits: meter
+                .u64_counter(names::RATE_LIMIT_WAITS)
+                .with_description("Times a record waited for a rate-limit permit.")
+                .with_unit("{wait}")
+                .build(),
+            key_waits: meter
+                .u64_counter(names::KEY_WAITS)
+                .with_description("Times a record waited for its key to be free.")
+                .with_unit("{wait}")
                 .build(),
             renewals: meter
                 .u64_counter(names::LOCK_RENEWALS)
@@ -113,6 +202,13 @@ impl Metrics {
                 .with_description("Dead letters the sink confirmed.")
                 .with_unit(records)
                 .build(),
+            dlq_broker_handoffs: meter
+                .u64_counter(names::DLQ_BROKER_HANDOFFS)
+                .with_description(
+                    "Records REJECTed for the broker's own dead-letter queue to write (KIP-1191).",
+                )
+                .with_unit(records)
+                .build(),
             dlq_failures: meter
                 .u64_counter(names::DLQ_FAILURES)
                 .with_description("Dead-letter writes that failed (tried again).")
@@ -143,6 +239,7 @@ impl Metrics {
                 .build(),
             reported_in_flight: 0,
             reported_held: 0,
+            reported_delayed: 0,
         }
     }
 
@@ -169,9 +266,14 @@ impl Metrics {
     }
 
     /// Moves the gauges to the current counts.
-    pub(crate) fn occupancy(&mut self, in_flight: usize, held: usize) {
+    pub(crate) fn occupancy(&mut self, in_flight: usize, held: usize, delayed: usize) {
         let in_flight = i64::try_from(in_flight).unwrap_or(i64::MAX);
         let held = i64::try_from(held).unwrap_or(i64::MAX);
+        let delayed = i64::try_from(delayed).unwrap_or(i64::MAX);
+        if delayed != self.reported_delayed {
+            self.delayed.add(delayed - self.reported_delayed, &[]);
+            self.reported_delayed = delayed;
+        }
         if in_flight != self.reported_in_flight {
             self.in_flight.add(in_flight - self.reported_in_flight, &[]);
             self.reported_in_flight = in_flight;
@@ -180,6 +282,20 @@ impl Metrics {
             self.held.add(held - self.reported_held, &[]);
             self.reported_held = held;
         }
+    }
+
+    pub(crate) fn moved(&self, name: &Arc<str>, reason: &'static str) {
+        self.moved
+            .add(1, &[topic(name), KeyValue::new(names::REASON, reason)]);
+    }
+
+    pub(crate) fn rate_limited(&self, name: &Arc<str>, limit: &'static str) {
+        self.rate_limit_waits
+            .add(1, &[topic(name), KeyValue::new(names::LIMIT, limit)]);
+    }
+
+    pub(crate) fn key_waited(&self, name: &Arc<str>) {
+        self.key_waits.add(1, &[topic(name)]);
     }
 
     pub(crate) fn renewed(&self, name: &Arc<str>) {
@@ -219,6 +335,13 @@ impl Metrics {
 
     pub(crate) fn dead_lettered(&self, name: &Arc<str>, reason: DlqReason) {
         self.dlq_writes.add(
+            1,
+            &[topic(name), KeyValue::new(names::REASON, reason.as_str())],
+        );
+    }
+
+    pub(crate) fn handed_to_broker_dlq(&self, name: &Arc<str>, reason: DlqReason) {
+        self.dlq_broker_handoffs.add(
             1,
             &[topic(name), KeyValue::new(names::REASON, reason.as_str())],
         );

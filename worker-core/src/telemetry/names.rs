@@ -15,6 +15,16 @@ pub const HANDLER_DURATION: &str = "share_worker.handler.duration";
 pub const RECORDS_IN_FLIGHT: &str = "share_worker.records.in_flight";
 /// Retries waiting out their backoff, locks renewed (up-down counter).
 pub const RECORDS_HELD: &str = "share_worker.records.held";
+/// Records waiting for their `share.not-before`, locks renewed (up-down counter).
+pub const RECORDS_DELAYED: &str = "share_worker.records.delayed";
+/// Records moved to a delay topic, counted once the copy is confirmed (counter; `topic`,
+/// `reason`: `retry`, `not_before`, `rate_limit`, `key_busy`, `shutdown`).
+pub const RECORDS_MOVED: &str = "share_worker.records.moved";
+/// Times a record had to wait for a rate-limit permit (counter; `topic`, `limit`: `global`,
+/// `route`, `key`). Waiting never raises a record's delivery count.
+pub const RATE_LIMIT_WAITS: &str = "share_worker.rate_limit.waits";
+/// Times a record had to wait for its key (`key-concurrency`) (counter; `topic`).
+pub const KEY_WAITS: &str = "share_worker.key.waits";
 /// Lock renewals (RENEW) sent (counter; `topic`).
 pub const LOCK_RENEWALS: &str = "share_worker.lock.renewals";
 /// Lock renewals the broker refused or that got no answer (counter; `topic`, `error`).
@@ -32,6 +42,10 @@ pub const ACK_FAILURES: &str = "share_worker.ack.failures";
 pub const POSSIBLE_DUPLICATES: &str = "share_worker.possible_duplicates";
 /// Dead letters the sink confirmed (counter; `topic`, `reason`).
 pub const DLQ_WRITES: &str = "share_worker.dlq.writes";
+/// Records of the dead-letter path REJECTed for the broker's own dead-letter queue to write
+/// (Kafka 4.4's KIP-1191; counter; `topic`, `reason`). The reason is only here and in the log:
+/// the broker's letter does not carry it.
+pub const DLQ_BROKER_HANDOFFS: &str = "share_worker.dlq.broker_handoffs";
 /// Dead-letter writes that failed and will be tried again (counter).
 pub const DLQ_FAILURES: &str = "share_worker.dlq.failures";
 /// How long a fetch took, in seconds, long polls included (histogram; `result`: `ok`, `error`).
@@ -65,14 +79,20 @@ pub const RESULT: &str = "result";
 pub const GROUP: &str = "group";
 /// Attribute: the partition.
 pub const PARTITION: &str = "partition";
+/// Attribute: which rate limit (`global`, `route`, `key`).
+pub const LIMIT: &str = "limit";
 
 /// Every metric the worker and [`LagMonitor`](super::LagMonitor) record, in the order above.
-pub const ALL: [&str; 18] = [
+pub const ALL: [&str; 23] = [
     RECORDS_FETCHED,
     RECORDS_COMPLETED,
     HANDLER_DURATION,
     RECORDS_IN_FLIGHT,
     RECORDS_HELD,
+    RECORDS_DELAYED,
+    RECORDS_MOVED,
+    RATE_LIMIT_WAITS,
+    KEY_WAITS,
     LOCK_RENEWALS,
     LOCK_RENEWAL_FAILURES,
     LOCKS_LOST,
@@ -80,6 +100,7 @@ pub const ALL: [&str; 18] = [
     ACK_FAILURES,
     POSSIBLE_DUPLICATES,
     DLQ_WRITES,
+    DLQ_BROKER_HANDOFFS,
     DLQ_FAILURES,
     FETCH_DURATION,
     DELIVERY_COUNT,

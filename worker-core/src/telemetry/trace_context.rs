@@ -125,6 +125,27 @@ pub(crate) fn stamp(span: &Span, headers: &mut Vec<Header>) {
     }
 }
 
+/// The current span's trace context as `traceparent` and `tracestate` header values, when the
+/// span is exported through OpenTelemetry: what a producer sends along so that the job continues
+/// the trace that enqueued it.
+pub(crate) fn current_trace_context() -> Option<(String, Option<String>)> {
+    let span = Span::current();
+    if span.is_disabled() {
+        return None;
+    }
+    let context = span.context();
+    let current = context.span();
+    let current = current.span_context();
+    if !current.is_valid() {
+        return None;
+    }
+    let state = current.trace_state().header();
+    Some((
+        format_traceparent(current),
+        (!state.is_empty()).then_some(state),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -156,6 +156,19 @@ impl MemoryBroker {
         state.record_info(topic, partition, offset)
     }
 
+    /// The headers of one record, `None` if there is no such record.
+    pub fn record_headers(&self, topic: &str, partition: i32, offset: i64) -> Option<Vec<Header>> {
+        self.shared.state().record_headers(topic, partition, offset)
+    }
+
+    /// Every record of `topic` with its partition, offset and state (locks that have ended
+    /// count as ended); empty for a topic that does not exist.
+    pub fn records(&self, topic: &str) -> Vec<(i32, i64, RecordState)> {
+        let mut state = self.shared.state();
+        state.expire(tokio::time::Instant::now());
+        state.records_of(topic)
+    }
+
     /// How many records are in each state now (locks that have ended count as ended).
     pub fn counts(&self) -> StateCounts {
         let mut state = self.shared.state();
@@ -194,11 +207,43 @@ impl MemoryBroker {
         self.shared.state().fail_fetches = kind;
     }
 
+    /// Fault injection: while `Some`, every write through the broker as a
+    /// [`DelaySink`](crate::delay::DelaySink) fails with an error of that kind (a delay topic
+    /// that is down, [`ErrorKind::Io`](crate::ErrorKind::Io), or not writable,
+    /// [`ErrorKind::Authorization`](crate::ErrorKind::Authorization)).
+    pub fn fail_delay_writes(&self, kind: Option<crate::ErrorKind>) {
+        self.shared.state().fail_delay_writes = kind;
+    }
+
     /// Fault injection: while `fail` is true, asking a member for the delivery-count limit
     /// ([`ShareSource::delivery_limit`](crate::source::ShareSource::delivery_limit)) fails, as a
     /// worker without permission to describe the group's configs sees it.
     pub fn fail_limit_reads(&self, fail: bool) {
         self.shared.state().fail_limit_reads = fail;
+    }
+}
+
+/// The broker as the worker's delay sink: a moved record is produced to its delay topic (created
+/// with one partition if it does not exist), where every member fetches it like any other.
+#[async_trait::async_trait]
+impl crate::delay::DelaySink for MemoryBroker {
+    async fn send(&self, record: &crate::delay::DelayedRecord) -> crate::Result<()> {
+        if let Some(kind) = self.shared.state().fail_delay_writes {
+            return Err(crate::Error::new(
+                kind,
+                format!("writing to {} failed (injected)", record.topic),
+            ));
+        }
+        let produced = ProducedRecord(NewRecord {
+            partition: None,
+            key: record.key.clone(),
+            value: record.value.clone(),
+            headers: record.headers.clone(),
+            timestamp: 0,
+            undecodable: None,
+        });
+        self.produce_record(&record.topic, produced);
+        Ok(())
     }
 }
 

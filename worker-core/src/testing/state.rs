@@ -100,6 +100,8 @@ pub(crate) struct State {
     pub(crate) fail_renewals: bool,
     pub(crate) fail_limit_reads: bool,
     pub(crate) fail_fetches: Option<crate::ErrorKind>,
+    /// Writes through the broker as a delay sink fail with this kind while set.
+    pub(crate) fail_delay_writes: Option<crate::ErrorKind>,
 }
 
 impl State {
@@ -119,6 +121,7 @@ impl State {
             fail_renewals: false,
             fail_limit_reads: false,
             fail_fetches: None,
+            fail_delay_writes: None,
         }
     }
 
@@ -481,6 +484,34 @@ impl State {
     ) -> Option<(RecordState, u16)> {
         let at = self.locate(topic, partition, offset)?;
         self.record(at).map(|r| (r.state, r.delivery_count))
+    }
+
+    pub(crate) fn record_headers(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Option<Vec<Header>> {
+        let at = self.locate(topic, partition, offset)?;
+        self.record(at).map(|r| r.headers.clone())
+    }
+
+    /// Every record of `topic`: (partition, offset, state).
+    pub(crate) fn records_of(&self, topic: &str) -> Vec<(i32, i64, RecordState)> {
+        let Some(&index) = self.topic_index.get(topic) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (p, partition) in self.topics[index].partitions.iter().enumerate() {
+            for (o, record) in partition.records.iter().enumerate() {
+                out.push((
+                    i32::try_from(p).unwrap_or(i32::MAX),
+                    i64::try_from(o).unwrap_or(i64::MAX),
+                    record.state,
+                ));
+            }
+        }
+        out
     }
 
     pub(crate) fn counts(&self) -> StateCounts {

@@ -4,9 +4,11 @@
 mod fake_http;
 mod support;
 
+mod broker_dlq;
 mod check;
 mod handlers;
 mod https;
+mod jobs;
 mod replay;
 mod run;
 mod security;

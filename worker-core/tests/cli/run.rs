@@ -196,3 +196,73 @@ async fn a_group_id_of_a_classic_group_stops_run_with_a_clear_error() {
         assert!(last.contains(part), "{part:?} in {last}");
     }
 }
+
+/// A run with retries reports how it goes in status lines (every `telemetry.report-every`) and
+/// its summary, never one INFO line per retried record (those are DEBUG).
+#[tokio::test]
+async fn a_run_reports_status_lines_and_logs_retries_only_at_debug() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-report");
+    let group = unique("cli-report-group");
+    let route = "handler = \"exec\"\ncommand = [\"sh\", \"-c\", \"sleep 0.2; [ \\\"$SHARE_WORKER_DELIVERY_COUNT\\\" -gt 1 ]\"]";
+    let text_cfg = config(&group, &topic, route)
+        .replace("[dlq]", "[telemetry]\nreport-every = \"300ms\"\n\n[dlq]");
+    let cfg = scratch.write("worker.toml", &text_cfg);
+    let cfg = cfg.to_str().unwrap();
+    let lines: Vec<String> = (0..20).map(|i| format!("job-{i}")).collect();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    setup_and_produce(&scratch, cfg, &topic, 2, &lines, &[]).await;
+    let stats = scratch.0.join("stats.json");
+    let out = share_worker(
+        &[
+            "run",
+            "--config",
+            cfg,
+            "--exit-when-idle",
+            "3s",
+            "--stats-json",
+            stats.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "run");
+    let stderr = text(&out.stderr);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).expect("stats")).expect("JSON");
+    assert_eq!(count(&json, "retried"), 20, "{json}");
+    assert_eq!(count(&json, "accepted"), 20, "{json}");
+    let status: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("status: processed"))
+        .collect();
+    assert!(!status.is_empty(), "no status line: {stderr}");
+    for field in [
+        "accepted",
+        "retried",
+        "dead-lettered",
+        "in flight",
+        "held",
+        "records/s",
+        "lag",
+    ] {
+        assert!(status[0].contains(field), "{field} in {}", status[0]);
+    }
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("status: processed 40, accepted 20, retried 20")),
+        "the last status line has the final counts: {stderr}"
+    );
+    assert!(
+        !stderr
+            .lines()
+            .any(|l| l.contains(&format!("record={topic}/"))),
+        "a line per record at INFO: {stderr}"
+    );
+    assert!(stderr.contains("share-worker: processed 40"), "{stderr}");
+    assert!(
+        !stderr.contains("\u{1b}["),
+        "no colours when stderr is no terminal"
+    );
+}

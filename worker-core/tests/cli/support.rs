@@ -239,3 +239,106 @@ pub(crate) fn header_value(headers: &[(String, Vec<u8>)], key: &str) -> Option<S
 pub(crate) fn lines_in(path: &Path) -> usize {
     std::fs::read_to_string(path).map_or(0, |text| text.lines().count())
 }
+
+/// One record as read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
+    pub(crate) key: Option<Vec<u8>>,
+    pub(crate) value: Option<Vec<u8>>,
+    pub(crate) headers: Vec<(String, Option<Vec<u8>>)>,
+}
+
+impl Record {
+    pub(crate) fn header(&self, key: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .rfind(|(k, _)| k == key)
+            .map(|(_, v)| v.as_deref().unwrap_or_default())
+    }
+
+    pub(crate) fn value_text(&self) -> String {
+        text(self.value.as_deref().unwrap_or_default())
+    }
+}
+
+/// Every record of `topic` up to its current end, partition by partition.
+pub(crate) async fn records(topic: &str) -> Vec<Record> {
+    records_at(&bootstrap(), topic).await
+}
+
+/// [`records`] on the broker at `bootstrap`.
+pub(crate) async fn records_at(bootstrap: &str, topic: &str) -> Vec<Record> {
+    let (bootstrap, topic) = (bootstrap.to_owned(), topic.to_owned());
+    tokio::task::spawn_blocking(move || read_all(&bootstrap, &topic))
+        .await
+        .expect("the reader task")
+}
+
+fn read_all(bootstrap: &str, topic: &str) -> Vec<Record> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers, Message};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", unique("cli-replay-reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("a consumer");
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(15))
+        .expect("metadata");
+    let partitions: Vec<i32> = metadata.topics()[0]
+        .partitions()
+        .iter()
+        .map(|p| p.id())
+        .collect();
+    assert!(!partitions.is_empty(), "{topic} has no partitions");
+    let mut ends = std::collections::HashMap::new();
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    for p in partitions {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(15))
+            .expect("watermarks");
+        if high > low {
+            ends.insert(p, high);
+            assignment
+                .add_partition_offset(topic, p, rdkafka::Offset::Offset(low))
+                .expect("an assignment");
+        }
+    }
+    let mut out = Vec::new();
+    if ends.is_empty() {
+        return out;
+    }
+    consumer.assign(&assignment).expect("assigning");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !ends.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{topic}: read {} records, still waiting for {ends:?}",
+            out.len()
+        );
+        let Some(message) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let message = message.expect("a record");
+        let headers = message.headers().map_or_else(Vec::new, |h| {
+            h.iter()
+                .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
+                .collect()
+        });
+        if ends.get(&message.partition()) == Some(&(message.offset() + 1)) {
+            ends.remove(&message.partition());
+        }
+        out.push(Record {
+            partition: message.partition(),
+            offset: message.offset(),
+            key: message.key().map(<[u8]>::to_vec),
+            value: message.payload().map(<[u8]>::to_vec),
+            headers,
+        });
+    }
+    out.sort_by_key(|r| (r.partition, r.offset));
+    out
+}

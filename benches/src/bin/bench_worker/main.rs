@@ -3,7 +3,8 @@
 //! ```text
 //! bench_worker --bootstrap-server HOST:PORT --topic T --group G --records N --concurrency C
 //!              --handler noop|sleep:MS|heavy:FAST:SLOW:PCT|cpu:US|park
-//!              [--latency] [--profile] [--shutdown-grace-ms MS] [--max-poll-records M] [--max-wait-ms MS]
+//!              [--latency] [--profile] [--shutdown-grace-ms MS] [--max-poll-records M] [--max-wait-ms MS] [--busy-max-wait-ms MS]
+//!              [--report-every-ms MS]
 //!              [--worker-threads T] [--run-as-task]
 //!              [--security-protocol plaintext|ssl|sasl_plaintext|sasl_ssl]
 //!              [--sasl-mechanism PLAIN|SCRAM-SHA-256|SCRAM-SHA-512] [--sasl-username U]
@@ -45,8 +46,8 @@
 mod source;
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use std::io::Write;
@@ -163,6 +164,9 @@ struct Args {
     max_poll_records: Option<u32>,
     /// Default: the source's (500 ms).
     max_wait: Option<Duration>,
+    busy_max_wait: Option<Duration>,
+    /// Print `{"t_ms":..,"handled":..}` this often (process start → now, records handled so far).
+    report_every: Option<Duration>,
     /// Tokio runtime worker threads. Default: tokio's (one per core).
     worker_threads: Option<usize>,
     /// Run the worker as a task on the runtime rather than on the main thread in `block_on`.
@@ -277,6 +281,7 @@ fn parse_args() -> Result<Args, String> {
     let (mut records, mut concurrency, mut handler) = (None, 500, Handler::Noop);
     let (mut latency, mut shutdown_grace, mut profile) = (false, None, false);
     let (mut max_poll_records, mut max_wait, mut worker_threads) = (None, None, None);
+    let (mut busy_max_wait, mut report_every) = (None, None);
     let mut run_as_task = false;
     let mut security = SecurityArgs::default();
     while let Some(flag) = args.next() {
@@ -306,6 +311,20 @@ fn parse_args() -> Result<Args, String> {
                         .parse()
                         .map_err(|_| "--max-poll-records: expected a count")?,
                 )
+            }
+            "--report-every-ms" => {
+                report_every = Some(Duration::from_millis(
+                    value()?
+                        .parse()
+                        .map_err(|_| "--report-every-ms: expected milliseconds")?,
+                ));
+            }
+            "--busy-max-wait-ms" => {
+                busy_max_wait = Some(Duration::from_millis(
+                    value()?
+                        .parse()
+                        .map_err(|_| "--busy-max-wait-ms: expected milliseconds")?,
+                ));
             }
             "--max-wait-ms" => {
                 max_wait = Some(Duration::from_millis(
@@ -354,13 +373,19 @@ fn parse_args() -> Result<Args, String> {
         shutdown_grace,
         max_poll_records,
         max_wait,
+        busy_max_wait,
+        report_every,
         worker_threads,
         run_as_task,
         security,
     })
 }
 
+/// When the process started (the first thing `main` does), for `first_handler_ms`.
+static PROCESS_START: OnceLock<Instant> = OnceLock::new();
+
 fn main() {
+    PROCESS_START.get_or_init(Instant::now);
     let args = match parse_args() {
         Ok(args) => args,
         Err(err) => {
@@ -410,12 +435,18 @@ async fn run(args: Args) -> worker_core::Result<()> {
     if let Some(max_wait) = args.max_wait {
         kafka = kafka.max_wait(max_wait);
     }
+    if let Some(wait) = args.busy_max_wait {
+        kafka = kafka.busy_max_wait(wait);
+    }
     let kafka = kafka.build().await?;
     let observed = Observed::new(args.latency, args.profile);
     let source = BenchSource::new(kafka, observed.clone());
     let handled = Arc::new(AtomicU64::new(0));
     let running = Arc::new(AtomicU64::new(0));
     let (counter, starts) = (handled.clone(), running.clone());
+    // Process start → the first handler call: the start-up figure.
+    let first_call = Arc::new(OnceLock::<Duration>::new());
+    let first = first_call.clone();
     let handler = args.handler;
     let park = matches!(handler, Handler::Park);
     let mut builder = Worker::builder(source)
@@ -424,6 +455,7 @@ async fn run(args: Args) -> worker_core::Result<()> {
             service_fn(move |job: Job| {
                 let delay = handler.delay(job.id().partition, job.id().offset);
                 let counter = counter.clone();
+                first.get_or_init(|| PROCESS_START.get().map_or(Duration::ZERO, Instant::elapsed));
                 starts.fetch_add(1, Ordering::Relaxed);
                 async move {
                     if park {
@@ -455,9 +487,24 @@ async fn run(args: Args) -> worker_core::Result<()> {
     let shutdown = worker.shutdown_handle();
     let target = args.records;
     let parked = matches!(handler, Handler::Park).then_some(args.concurrency as u64);
+    let report_every = args.report_every;
     let watcher = tokio::spawn(async move {
         let mut reported = false;
+        let mut next_report = report_every.map(|every| Instant::now() + every);
         loop {
+            if let (Some(at), Some(every)) = (next_report, report_every)
+                && Instant::now() >= at
+            {
+                let t_ms = PROCESS_START.get().map_or(0, |s| s.elapsed().as_millis());
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(
+                    out,
+                    "{{\"t_ms\":{t_ms},\"handled\":{}}}",
+                    handled.load(Ordering::Relaxed)
+                );
+                let _ = out.flush();
+                next_report = Some(at + every);
+            }
             if let Some(parked) = parked {
                 if !reported && running.load(Ordering::Relaxed) >= parked {
                     // The driver reads our RSS when it sees this line.
@@ -479,7 +526,7 @@ async fn run(args: Args) -> worker_core::Result<()> {
     let worker_threads = tokio::runtime::Handle::current().metrics().num_workers();
     let min_lock = observed.min_lock_ms.load(Ordering::Relaxed);
     println!(
-        "{{\"contender\":\"share-worker\",\"worker_threads\":{worker_threads},\"run_as_task\":{},\"security_protocol\":\"{protocol}\",\"records\":{},\"accepted\":{},\"elapsed_s\":{elapsed:.3},\"records_per_s\":{:.1},\"renewals\":{},\"renewal_failures\":{},\"renew_span_s\":{:.3},\"ack_failures\":{},\"fetched\":{},\"redelivered\":{},\"max_delivery_count\":{},\"lock_ms\":[{},{}],\"released_on_shutdown\":{},\"latency_basis\":\"record timestamp to the broker's answer to the ACCEPT\",\"latency_ms\":{},\"profile\":{}}}",
+        "{{\"contender\":\"share-worker\",\"worker_threads\":{worker_threads},\"run_as_task\":{},\"security_protocol\":\"{protocol}\",\"records\":{},\"accepted\":{},\"elapsed_s\":{elapsed:.3},\"records_per_s\":{:.1},\"renewals\":{},\"renewal_failures\":{},\"renew_span_s\":{:.3},\"ack_failures\":{},\"fetched\":{},\"redelivered\":{},\"max_delivery_count\":{},\"lock_ms\":[{},{}],\"released_on_shutdown\":{},\"first_handler_ms\":{},\"latency_basis\":\"record timestamp to the broker's answer to the ACCEPT\",\"latency_ms\":{},\"profile\":{}}}",
         args.run_as_task,
         args.records,
         summary.accepted,
@@ -494,6 +541,10 @@ async fn run(args: Args) -> worker_core::Result<()> {
         if min_lock == u64::MAX { 0 } else { min_lock },
         observed.max_lock_ms.load(Ordering::Relaxed),
         summary.released_on_shutdown,
+        first_call.get().map_or_else(
+            || "null".to_owned(),
+            |d| format!("{:.1}", d.as_secs_f64() * 1000.0)
+        ),
         observed.latency_json(),
         observed.profile_json(),
     );

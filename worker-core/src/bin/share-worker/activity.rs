@@ -37,6 +37,11 @@ impl Activity {
         }
     }
 
+    /// The worker began taking work: idleness counts from now.
+    pub(crate) fn began(&self) {
+        self.touch();
+    }
+
     fn touch(&self) {
         if let Ok(mut last) = self.last.lock() {
             *last = Instant::now();

@@ -1,10 +1,10 @@
 //! `share-worker check`: the file is valid, the routes' handlers start (their TLS files read), the
-//! cluster speaks share groups with RENEW, the route topics exist; then the effective
-//! configuration. It joins no group.
+//! cluster speaks share groups with RENEW, the route topics exist, the broker's own dead-letter
+//! queue (KIP-1191) fits `dlq.mode`; then the effective configuration. It joins no group.
 
 use anyhow::Context;
 use worker_core::ErrorKind;
-use worker_core::config::Config;
+use worker_core::config::{Config, DlqMode};
 use worker_core::kafka::{Admin, DeliveryLimit};
 
 use crate::{handlers, tls, topics};
@@ -48,6 +48,16 @@ pub(crate) async fn check(config: &Config) -> anyhow::Result<()> {
             );
         }
     }
+    let missing_delays: Vec<String> = config
+        .delay_topics()
+        .into_iter()
+        .filter(|topic| !existing.contains_key(topic))
+        .collect();
+    anyhow::ensure!(
+        missing_delays.is_empty(),
+        "delay topics missing on {bootstrap}: {} (create them with `share-worker setup`)",
+        missing_delays.join(", ")
+    );
     match admin.delivery_limit(&config.worker.group).await {
         Ok(DeliveryLimit {
             value: limit,
@@ -63,6 +73,43 @@ pub(crate) async fn check(config: &Config) -> anyhow::Result<()> {
         ),
         Err(err) => println!("# warning: cannot read the delivery-count limit: {err}"),
     }
+    broker_dlq(config, &admin).await?;
     println!("{}", config.to_toml());
+    Ok(())
+}
+
+/// Reports the group's broker-side dead-letter queue (Kafka 4.4+, KIP-1191) against `dlq.mode`:
+/// broker mode fails without one (as `run` would); the worker's sink with one is written twice.
+async fn broker_dlq(config: &Config, admin: &Admin) -> anyhow::Result<()> {
+    let group = &config.worker.group;
+    let mode = config.dlq_mode();
+    let dlq = match admin.broker_dlq(group).await {
+        Ok(dlq) => dlq,
+        Err(err) if mode == Some(DlqMode::Broker) => {
+            return Err(err).with_context(|| {
+                format!("dlq.mode = \"broker\": reading the broker's dead-letter queue of share group {group}")
+            });
+        }
+        Err(err) => {
+            println!(
+                "# warning: cannot read the broker's dead-letter queue (KIP-1191) of share group {group}: {err}"
+            );
+            return Ok(());
+        }
+    };
+    println!("# broker dead-letter queue (KIP-1191): {dlq}");
+    match (mode, dlq.gap(), &dlq.topic) {
+        (Some(DlqMode::Broker), Some(gap), _) => anyhow::bail!(
+            "dlq.mode = \"broker\" needs the broker's dead-letter queue (Kafka 4.4+, KIP-1191), but {gap}"
+        ),
+        (Some(DlqMode::Worker), None, Some(topic)) => println!(
+            "# warning: the worker's dead-letter sink (dlq.mode = \"worker\": {}) and the broker's ({topic}) are both on: every dead letter is written twice, by the worker and then by the broker for the REJECT that follows; set dlq.mode = \"broker\", or unset the group's errors.deadletterqueue.topic.name",
+            config.dlq_topics().join(", ")
+        ),
+        (None, None, Some(topic)) => println!(
+            "# note: no [dlq] table, but the broker writes the records this worker REJECTs to {topic}; dlq.mode = \"broker\" logs the reason of each"
+        ),
+        _ => {}
+    }
     Ok(())
 }

@@ -2,7 +2,8 @@
 //!
 //! `run` processes records with http, exec or noop handlers; `setup` creates topics and sets the
 //! group's configs; `check` validates a file against the cluster; `status` describes the group and
-//! its lag; `produce` enqueues test jobs; `dlq replay` republishes dead letters.
+//! its lag; `produce` enqueues test jobs; `dlq replay` republishes dead letters; `ui` serves the
+//! web dashboard.
 
 mod activity;
 mod check;
@@ -12,6 +13,7 @@ mod otel;
 mod produce;
 mod progress;
 mod replay;
+mod report;
 mod run;
 mod setup;
 mod stats;
@@ -19,6 +21,7 @@ mod status;
 mod telemetry;
 mod tls;
 mod topics;
+mod ui;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +50,9 @@ enum Command {
     Status(status::StatusArgs),
     /// Enqueue jobs: generated ones or one per line of a file.
     Produce(produce::ProduceArgs),
+    /// The web dashboard: the group, its lag, and the dead letters (replay and skip with
+    /// `ui.allow-actions`), on `ui.listen` until ctrl-c / SIGTERM.
+    Ui(ConfigArg),
     /// Dead-letter topic tools.
     #[command(subcommand)]
     Dlq(DlqCommand),
@@ -119,6 +125,10 @@ fn main() -> ExitCode {
         Command::Status(args) => runtime.block_on(async {
             let config = load(&args.config.config)?;
             status::status(&config, &args).await
+        }),
+        Command::Ui(args) => runtime.block_on(async {
+            let config = load(&args.config)?;
+            ui::serve_standalone(config).await
         }),
         Command::Dlq(DlqCommand::Replay(args)) => runtime.block_on(async {
             let config = load(args.config())?;

@@ -2,6 +2,8 @@
 //! and pushed to an OTLP/HTTP collector when `otlp-endpoint` is set; record spans to that collector;
 //! logs on stderr, pretty or JSON.
 
+use std::io::IsTerminal;
+
 use anyhow::Context;
 use opentelemetry::metrics::{Meter, MeterProvider as _};
 use opentelemetry::trace::TracerProvider as _;
@@ -86,13 +88,16 @@ impl Otel {
         Ok(otel)
     }
 
-    /// Logs to stderr (filtered by `RUST_LOG`, default `info` without the per-record spans, whose
+    /// Logs to stderr, above `run`'s live line if it shows one (filtered by `RUST_LOG`, default `info` without the per-record spans, whose
     /// formatting would double the CPU spent per record) and, with a collector, record spans to it
     /// (at `info`, whatever `RUST_LOG` says).
     fn init_logs(&self, format: LogFormat) {
         let filter = EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| EnvFilter::new(format!("info,{SPAN_TARGET}=off")));
-        let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+        // Colours only for a terminal: a log file or CI output gets plain text.
+        let logs = tracing_subscriber::fmt::layer()
+            .with_writer(crate::report::LogWriter)
+            .with_ansi(std::io::stderr().is_terminal());
         let logs = match format {
             LogFormat::Json => logs.json().with_filter(filter).boxed(),
             LogFormat::Pretty => logs.with_filter(filter).boxed(),

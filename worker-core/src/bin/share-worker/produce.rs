@@ -1,18 +1,19 @@
-//! `share-worker produce`: enqueue generated jobs or one job per line of a file.
+//! `share-worker produce`: enqueue generated jobs or one job per line of a file, through the
+//! library's [`JobProducer`] (idempotent, `acks=all`), optionally keyed and delayed.
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
+use bytes::Bytes;
 use clap::Args;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::FutureRecord;
 use worker_core::config::Config;
-use worker_core::security::{KafkaContext, Security};
+use worker_core::delay::{format_not_before, headers, parse_not_before};
+use worker_core::produce::{EnqueueOptions, JobProducer};
+use worker_core::security::Security;
 
-use crate::librdkafka;
 use crate::progress::Progress;
 
 /// What to produce, and where.
@@ -42,6 +43,20 @@ pub(crate) struct ProduceArgs {
     /// A header on every record, `KEY=VALUE` (repeatable; e.g. a W3C `traceparent`).
     #[arg(long = "header", value_parser = parse_header)]
     headers: Vec<(String, String)>,
+    /// The key of every record (default: the record's number), e.g. a phone number for a route's
+    /// `rate-per-key` or `key-concurrency`.
+    #[arg(long)]
+    key: Option<String>,
+    /// Run no record earlier than this long from now (header `share.not-before`), e.g. "30s".
+    #[arg(long, value_parser = crate::parse_duration, conflicts_with = "at")]
+    delay: Option<Duration>,
+    /// Run no record earlier than this time: RFC 3339, e.g. "2026-12-24T18:00:00Z".
+    #[arg(long, value_parser = parse_at)]
+    at: Option<SystemTime>,
+}
+
+fn parse_at(text: &str) -> Result<SystemTime, String> {
+    parse_not_before(text.as_bytes())
 }
 
 fn parse_header(text: &str) -> Result<(String, String), String> {
@@ -53,6 +68,11 @@ fn parse_header(text: &str) -> Result<(String, String), String> {
 
 /// Records awaiting the broker's acknowledgement at most.
 const WINDOW: usize = 10_000;
+
+/// The producer's own header: `--delay`/`--at` set it, `--header` may not.
+fn is_reserved(key: &str) -> bool {
+    key == headers::NOT_BEFORE
+}
 
 /// Where to produce and how to connect: `--config`'s `[kafka]`, or `--bootstrap` in plain TCP.
 fn brokers(args: &ProduceArgs) -> anyhow::Result<(String, Security)> {
@@ -93,51 +113,48 @@ pub(crate) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         }
         (None, None) => anyhow::bail!("give --count N or --file F"),
     };
-    let (producer, context) = librdkafka::producer(
-        &security,
-        &bootstrap,
-        &[
-            ("acks", "all"),
-            ("enable.idempotence", "true"),
-            ("linger.ms", "5"),
-            ("message.timeout.ms", "30000"),
-        ],
-        "the producer",
-    )?;
+    let producer = JobProducer::builder(bootstrap)
+        .security(security)
+        .option("linger.ms", "5")
+        .build()
+        .context("creating the producer")?;
+    if let Some((key, _)) = args.headers.iter().find(|(key, _)| is_reserved(key)) {
+        anyhow::bail!("--header {key}: use --delay or --at to say when the jobs may run");
+    }
+    // One not-before for the whole run: "30s from now" as the command starts.
+    let not_before = match (args.delay, args.at) {
+        (Some(delay), _) => Some(SystemTime::now() + delay),
+        (None, at) => at,
+    };
+    let mut options = EnqueueOptions::new();
+    for (key, value) in &args.headers {
+        options = options.header(key.clone(), Bytes::from(value.clone()));
+    }
+    if let Some(at) = not_before {
+        options = options.at(at);
+        println!(
+            "records of this run do not run before {}",
+            format_not_before(at)
+        );
+    }
     let started = Instant::now();
     let mut progress = Progress::new("records", total);
     let mut pending = FuturesUnordered::new();
     let mut done = 0u64;
     for (n, payload) in payloads.enumerate() {
-        let key = n.to_string();
-        let mut record = FutureRecord::to(&args.topic).key(&key).payload(&payload);
-        if !args.headers.is_empty() {
-            let headers = args.headers.iter().fold(
-                OwnedHeaders::new_with_capacity(args.headers.len()),
-                |headers, (key, value)| {
-                    headers.insert(Header {
-                        key,
-                        value: Some(value.as_bytes()),
-                    })
-                },
-            );
-            record = record.headers(headers);
-        }
-        let queued = producer
-            .send_result(record)
-            .map_err(|(err, _)| anyhow::anyhow!("queueing a record for {}: {err}", args.topic))?;
-        pending.push(queued);
+        let key = args.key.clone().unwrap_or_else(|| n.to_string());
+        let record = options.clone().key(key);
+        pending.push(producer.send(&args.topic, Some(Bytes::from(payload)), record));
         while pending.len() >= WINDOW {
-            settle(
-                next(&mut pending, &context, &args.topic).await?,
-                &args.topic,
-            )?;
+            if let Some(result) = pending.next().await {
+                result?;
+            }
             done += 1;
         }
         progress.update(done);
     }
-    while let Some(result) = next(&mut pending, &context, &args.topic).await? {
-        settle(Some(result), &args.topic)?;
+    while let Some(result) = pending.next().await {
+        result?;
         done += 1;
         progress.update(done);
     }
@@ -149,32 +166,4 @@ pub(crate) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         if secs > 0.0 { done as f64 / secs } else { 0.0 }
     );
     Ok(())
-}
-
-type Delivery = Result<
-    rdkafka::producer::future_producer::OwnedDeliveryResult,
-    futures::channel::oneshot::Canceled,
->;
-
-/// The next delivery of `pending`, unless a broker refuses the producer first.
-async fn next(
-    pending: &mut FuturesUnordered<impl std::future::Future<Output = Delivery>>,
-    context: &KafkaContext,
-    topic: &str,
-) -> anyhow::Result<Option<Delivery>> {
-    let delivery = librdkafka::unless_refused(pending.next(), context)
-        .await
-        .map_err(|said| anyhow::anyhow!("producing to {topic}: {said}"))?;
-    if let Some(Ok(Ok(_))) = &delivery {
-        context.accepted();
-    }
-    Ok(delivery)
-}
-
-fn settle(result: Option<Delivery>, topic: &str) -> anyhow::Result<()> {
-    match result {
-        Some(Ok(Ok(_))) | None => Ok(()),
-        Some(Ok(Err((err, _)))) => Err(anyhow::anyhow!("producing to {topic}: {err}")),
-        Some(Err(_)) => Err(anyhow::anyhow!("the producer dropped a record for {topic}")),
-    }
 }

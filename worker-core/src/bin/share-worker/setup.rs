@@ -1,4 +1,4 @@
-//! `share-worker setup`: the route and dead-letter topics, and the group's configs.
+//! `share-worker setup`: the route, dead-letter and delay topics, and the group's configs.
 
 use anyhow::Context;
 use worker_core::config::Config;
@@ -26,6 +26,7 @@ pub(crate) async fn setup(
         .topics()
         .map(str::to_owned)
         .chain(config.dlq_topics())
+        .chain(config.delay_topics())
         .collect();
     for topic in &wanted {
         if let Some(n) = existing.get(topic) {

@@ -17,6 +17,14 @@ pub(crate) struct Stats {
     accepted: u64,
     /// Records RELEASEd: retries, unrouted records and those released at shutdown.
     released: u64,
+    /// Records moved to a delay topic (copied, then accepted): long waits and retries.
+    moved: u64,
+    /// Records that waited for their `share.not-before` in the worker.
+    delayed: u64,
+    /// Times a record waited for a rate-limit permit.
+    rate_limited: u64,
+    /// Times a record waited for its key (`key-concurrency`).
+    key_waits: u64,
     /// Records whose handler rejected them.
     rejected: u64,
     /// Dead letters written to the DLQ topic.
@@ -35,6 +43,8 @@ pub(crate) struct Stats {
     dead_lettered: u64,
     /// Records rejected because no dead-letter sink is configured.
     rejected_without_dlq: u64,
+    /// Records REJECTed for the broker's dead-letter queue to write (`dlq.mode = "broker"`).
+    dlq_broker: u64,
     /// Handlers cut off by `job-timeout`.
     timed_out: u64,
     /// Records that may be processed again.
@@ -55,10 +65,15 @@ impl Stats {
         Self {
             processed,
             accepted: summary.accepted,
-            released: summary.retried
+            released: summary.retried.saturating_sub(summary.moved_retries)
                 + summary.unrouted
                 + summary.released_on_shutdown
-                + summary.dlq_released_on_shutdown,
+                + summary.dlq_released_on_shutdown
+                + summary.moves_abandoned,
+            moved: summary.moved,
+            delayed: summary.delayed,
+            rate_limited: summary.rate_limited,
+            key_waits: summary.key_waits,
             rejected: summary.rejected,
             dlq: summary.dlq_written,
             renewed: summary.renewals,
@@ -68,6 +83,7 @@ impl Stats {
             retried: summary.retried,
             dead_lettered: summary.dead_letters.total(),
             rejected_without_dlq: summary.rejected_without_dlq,
+            dlq_broker: summary.dlq_broker_handoffs,
             timed_out: summary.timed_out,
             possible_duplicates: summary.possible_duplicates,
             fetch_errors: summary.fetch_errors,
@@ -83,14 +99,20 @@ impl Stats {
     /// The one-line summary.
     pub(crate) fn line(&self) -> String {
         format!(
-            "share-worker: processed {} in {:.1}s ({:.0}/s while busy): accepted {}, released {}, rejected {}, dlq {}, renewed {}, ack failures {}",
+            "share-worker: processed {} in {:.1}s ({:.0}/s while busy): accepted {}, released {}, moved {}, rejected {}, dlq {}{}, renewed {}, ack failures {}",
             self.processed,
             self.duration_s,
             self.rate_per_s,
             self.accepted,
             self.released,
+            self.moved,
             self.rejected,
             self.dlq,
+            if self.dlq_broker > 0 {
+                format!(" (+{} to the broker's dlq)", self.dlq_broker)
+            } else {
+                String::new()
+            },
             self.renewed,
             self.ack_failures
         )

@@ -109,6 +109,7 @@ fn defaults_fill_a_minimal_file() {
     assert_eq!(config.worker.auto_offset_reset, OffsetReset::Earliest);
     assert!(config.dlq.is_none());
     assert!(config.dlq_topics().is_empty());
+    assert_eq!(config.dlq_mode(), None);
     let source = config.source_builder().unwrap();
     assert_eq!(source.config().topics, ["t"]);
     assert_eq!(source.config().group, "g");
@@ -322,12 +323,66 @@ fn broken_files_name_the_key_and_the_line() {
             12,
             "unknown placeholder",
         ),
+        // Broker mode: the broker names the topic, and dead-letters every REJECT.
+        (
+            format!("{MINIMAL}[dlq]\nmode = \"broker\"\ntopic = \"{{topic}}.dlq\"\n"),
+            "dlq.topic",
+            13,
+            "errors.deadletterqueue.topic.name",
+        ),
+        (
+            format!("{MINIMAL}[dlq]\nmode = \"broker\"\non-reject = false\n"),
+            "dlq.on-reject",
+            13,
+            "the broker dead-letters every REJECT",
+        ),
+        (
+            format!("{MINIMAL}[dlq]\nmode = \"kafka\"\n"),
+            "dlq.mode",
+            12,
+            "expected one of: worker, broker",
+        ),
         // A telemetry endpoint that is no URL.
         (
             format!("{MINIMAL}[telemetry]\notlp-endpoint = \"collector:4318\"\n"),
             "telemetry.otlp-endpoint",
             12,
             "expected an http:// or https:// URL",
+        ),
+        // A status line more often than anyone reads it.
+        (
+            format!("{MINIMAL}[telemetry]\nreport-every = \"1ms\"\n"),
+            "telemetry.report-every",
+            12,
+            "expected at least 100ms",
+        ),
+        // The worker's dashboard without a listener to serve it on.
+        (
+            format!("{MINIMAL}[telemetry]\nui = true\n"),
+            "telemetry.ui",
+            12,
+            "served on `telemetry.listen`, and none is set",
+        ),
+        // An actionable dashboard off loopback without a token.
+        (
+            format!("{MINIMAL}[ui]\nallow-actions = true\nlisten = \"0.0.0.0:9400\"\n"),
+            "ui.allow-actions",
+            12,
+            "`ui.listen` = 0.0.0.0:9400 is not on loopback: set `ui.token` or `ui.token-file`",
+        ),
+        (
+            format!(
+                "{MINIMAL}[telemetry]\nlisten = \"0.0.0.0:9464\"\nui = true\n[ui]\nallow-actions = true\n"
+            ),
+            "ui.allow-actions",
+            15,
+            "`telemetry.listen` = 0.0.0.0:9464 is not on loopback",
+        ),
+        (
+            format!("{MINIMAL}[ui]\ntoken = \"t\"\ntoken-file = \"/run/token\"\n"),
+            "ui.token-file",
+            13,
+            "set `token` or `token-file`, not both",
         ),
     ];
     assert!(cases.len() >= 8);
@@ -511,4 +566,136 @@ fn the_readme_shows_the_reference_file_as_it_is() {
         block == REFERENCE,
         "README.md's copy of reference.toml differs from the file: copy the file into it"
     );
+}
+
+#[test]
+fn broker_mode_has_no_worker_sink_and_worker_mode_names_its_default_topic() {
+    let broker = parse(&format!("{MINIMAL}[dlq]\nmode = \"broker\"\n")).unwrap();
+    assert_eq!(broker.dlq_mode(), Some(DlqMode::Broker));
+    assert!(broker.dlq_topics().is_empty(), "the broker names its topic");
+    assert!(broker.dlq_sink().unwrap().is_none());
+    assert!(!broker.to_toml().contains("{topic}.dlq"));
+    assert_eq!(parse(&broker.to_toml()).unwrap(), broker);
+
+    let worker = parse(&format!("{MINIMAL}[dlq]\n")).unwrap();
+    assert_eq!(worker.dlq_mode(), Some(DlqMode::Worker));
+    assert_eq!(worker.dlq_topics(), ["t.dlq"]);
+    let printed = worker.to_toml();
+    assert!(printed.contains("mode = \"worker\""), "{printed}");
+    assert!(printed.contains("topic = \"{topic}.dlq\""), "{printed}");
+    assert_eq!(parse(&printed).unwrap(), worker);
+}
+
+/// Read-only by default; an actionable dashboard off loopback is fine with a token, and the
+/// token is never printed.
+#[test]
+fn the_dashboard_is_read_only_by_default_and_its_token_is_never_shown() {
+    let config = parse(MINIMAL).unwrap();
+    assert!(!config.ui.allow_actions);
+    assert!(!config.telemetry.ui);
+    assert_eq!(config.ui.listen.to_string(), "127.0.0.1:9400");
+    assert_eq!(config.ui_token().unwrap(), None);
+    let text = format!(
+        "{MINIMAL}[ui]\nallow-actions = true\nlisten = \"0.0.0.0:9400\"\ntoken = \"s3cr3t-ui\"\n"
+    );
+    let config = parse(&text).unwrap();
+    assert_eq!(
+        config.ui_token().unwrap().map(|t| t.expose().to_owned()),
+        Some("s3cr3t-ui".to_owned())
+    );
+    assert!(!format!("{config:?}").contains("s3cr3t-ui"));
+    assert!(!config.to_toml().contains("s3cr3t-ui"));
+}
+
+#[test]
+fn rate_limits_key_concurrency_and_delay_topics_are_read() {
+    let text = MINIMAL.replace(
+        "group = \"g\"",
+        "group = \"g\"\nrate = \"1000/s\"\nburst = 50",
+    ) + "rate = \"100/s\"\nrate-per-key = \"1/s\"\nburst-per-key = 1\nkey-concurrency = 1\n\
+           [delay]\nmax-hold = \"10s\"\n";
+    let config = parse(&text).unwrap();
+    assert_eq!(config.worker.rate.map(|r| r.count()), Some(1000));
+    assert_eq!(config.worker.burst, Some(50));
+    let route = &config.routes[0];
+    assert_eq!(
+        route.rate_per_key.map(|r| r.period()),
+        Some(Duration::from_secs(1))
+    );
+    assert_eq!(route.key_concurrency, Some(1));
+    assert_eq!(config.delay_topics(), ["t.delay"]);
+    let delay = config.delay.as_ref().unwrap();
+    assert_eq!(
+        (delay.topic.as_str(), delay.max_hold),
+        ("{topic}.delay", Duration::from_secs(10))
+    );
+    // `to_toml` prints what parses back.
+    assert_eq!(parse(&config.to_toml()).unwrap(), config);
+    let per_group =
+        parse(&(MINIMAL.to_owned() + "[delay]\ntopic = \"{topic}.{group}.delay\"\n")).unwrap();
+    assert_eq!(per_group.delay_topics(), ["t.g.delay"]);
+}
+
+#[test]
+fn broken_limits_and_delays_name_the_key_and_the_line() {
+    // MINIMAL's route ends at line 10; a key appended there is on line 11.
+    let route = |extra: &str| MINIMAL.to_owned() + extra;
+    let cases: Vec<(String, &str, usize, &str)> = vec![
+        (
+            route("rate = \"fast\"\n"),
+            "route[0].rate",
+            11,
+            "expected a rate like \"100/s\"",
+        ),
+        (route("rate = \"0/s\"\n"), "route[0].rate", 11, "above 0"),
+        (
+            route("burst = 5\n"),
+            "route[0].burst",
+            11,
+            "applies with `rate` only",
+        ),
+        (
+            route("rate-per-key = \"1/s\"\nburst-per-key = 0\n"),
+            "route[0].burst-per-key",
+            12,
+            "expected at least 1",
+        ),
+        (
+            route("key-concurrency = 0\n"),
+            "route[0].key-concurrency",
+            11,
+            "expected at least 1",
+        ),
+        (
+            route("[delay]\ntopic = \"delays\"\n"),
+            "delay.topic",
+            12,
+            "must contain {topic}",
+        ),
+        (
+            route("[delay]\nmax-hold = \"0s\"\n"),
+            "delay.max-hold",
+            12,
+            "expected a duration above 0",
+        ),
+        (
+            route("[delay]\nmax-holds = \"1m\"\n"),
+            "delay.max-holds",
+            12,
+            "unknown key",
+        ),
+        (
+            MINIMAL.replace("group = \"g\"", "group = \"g\"\nburst = 3"),
+            "worker.burst",
+            7,
+            "applies with `rate` only",
+        ),
+    ];
+    for (text, key, line, says) in cases {
+        let err = match parse(&text) {
+            Ok(_) => panic!("expected an error for:\n{text}"),
+            Err(err) => err,
+        };
+        assert_error(&err, key, line, says);
+    }
 }

@@ -3,9 +3,10 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use super::KafkaDlqSink;
 use super::missing::MissingTopics;
-use super::{KafkaDlqSink, Producer};
 use crate::dlq::DlqTopic;
+use crate::produce::client::{Producer, producer_config};
 use crate::security::Security;
 use crate::{Error, ErrorKind, Result};
 
@@ -99,10 +100,13 @@ impl KafkaDlqSinkBuilder {
 
     /// Creates the producer.
     pub fn build(self) -> Result<KafkaDlqSink> {
-        let mut config = self.security.rdkafka_client_config(&self.bootstrap)?;
-        for (key, value) in &self.options {
-            config.set(key, value);
-        }
+        let mut config = producer_config(
+            &self.security,
+            &self.bootstrap,
+            &self.worker,
+            self.delivery_timeout,
+            &self.options,
+        )?;
         let max_message_bytes = match config.get("message.max.bytes") {
             None => DEFAULT_MESSAGE_MAX_BYTES,
             Some(text) => text.trim().parse::<usize>().map_err(|_| {
@@ -114,14 +118,7 @@ impl KafkaDlqSinkBuilder {
                 )
             })?,
         };
-        let timeout_ms = self.delivery_timeout.as_millis().clamp(1, i32::MAX as u128);
-        config
-            .set("bootstrap.servers", &self.bootstrap)
-            .set("client.id", &self.worker)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("message.timeout.ms", timeout_ms.to_string())
-            .set("message.max.bytes", max_message_bytes.to_string());
+        config.set("message.max.bytes", max_message_bytes.to_string());
         let producer = Producer::new(&config, &self.security).map_err(|err| {
             Error::new(ErrorKind::Config, "creating the dead-letter producer").with_source(err)
         })?;

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{FutureProducer, Producer as _};
+use rdkafka::producer::Producer as _;
 
 use self::classify::{Class, TopicState, classify, classify_error, topic_state};
 use self::letter::Letter;
@@ -28,7 +28,8 @@ use self::missing::{Missing, MissingTopics};
 use self::name::check_topic_name;
 use self::truncate::{Cut, next_cut};
 use super::{DeadLetter, DlqError, DlqSink, DlqTopic};
-use crate::security::{KafkaContext, Security};
+use crate::produce::client::{Failure, Producer};
+use crate::security::Security;
 use crate::{Error, ErrorKind};
 
 pub use builder::KafkaDlqSinkBuilder;
@@ -110,22 +111,10 @@ impl KafkaDlqSink {
         letter: &Letter<'_>,
         cut: Option<Cut>,
     ) -> Result<(), Failure> {
-        let queued = producer
-            .inner
-            .send_result(letter.record(destination, cut))
-            .map_err(|(err, _)| Failure::Queue(err))?;
-        let delivered = tokio::select! {
-            delivered = queued => delivered,
-            said = producer.context.refused() => return Err(Failure::Refused(said)),
-        };
-        match delivered {
-            Ok(Ok(_)) => {
-                producer.context.accepted();
-                Ok(())
-            }
-            Ok(Err((err, _))) => Err(Failure::Delivery(err)),
-            Err(_) => Err(Failure::Dropped),
-        }
+        producer
+            .write(letter.record(destination, cut))
+            .await
+            .map(|_| ())
     }
 
     /// The error for a write that failed for good (`class` is permanent).
@@ -296,34 +285,6 @@ impl KafkaDlqSink {
                 "the dead letter was too large for its topic: written truncated"
             );
         }
-    }
-}
-
-/// Why one write failed.
-enum Failure {
-    /// The producer did not take it (librdkafka's own checks, such as `message.max.bytes`).
-    Queue(KafkaError),
-    /// The broker did not confirm it.
-    Delivery(KafkaError),
-    /// The producer dropped it.
-    Dropped,
-    /// A broker refused the producer (SASL authentication, TLS handshake): what it said.
-    Refused(String),
-}
-
-/// One producer of the sink and its context (where the broker's refusals are kept).
-struct Producer {
-    inner: FutureProducer<KafkaContext>,
-    context: KafkaContext,
-}
-
-impl Producer {
-    fn new(config: &ClientConfig, security: &Security) -> Result<Self, KafkaError> {
-        let context = security.rdkafka_context();
-        Ok(Self {
-            inner: config.create_with_context(context.clone())?,
-            context,
-        })
     }
 }
 

@@ -28,7 +28,7 @@ impl Meta {
         Self {
             id: delivery.id.clone(),
             timestamp: delivery.timestamp,
-            delivery_count: delivery.delivery_count,
+            delivery_count: job.attempt(),
             lock_deadline: delivery.lock_deadline(),
             attempts_left: None,
         }
@@ -69,8 +69,9 @@ impl Meta {
         self.timestamp
     }
 
-    /// How many times the broker has delivered this record, this time included (starts at 1).
-    /// It is the attempt number, shared by every worker in the group.
+    /// The attempt number ([`Job::attempt`]): how many times the broker has delivered this
+    /// record, this time included (starts at 1), plus the attempts a record back from the delay
+    /// topic used before it was moved. Shared by every worker in the group.
     pub fn delivery_count(&self) -> u16 {
         self.delivery_count
     }

@@ -346,26 +346,48 @@ impl Admin {
         group_keys: &[&'static str],
         broker_keys: &[&'static str],
     ) -> Result<(Vec<ConfigResult>, i32, String)> {
+        let node_id = self.lowest_broker().await?;
+        let (results, addr) = self
+            .describe_configs(
+                node_id,
+                &[
+                    (RESOURCE_GROUP, group, group_keys),
+                    (RESOURCE_BROKER, &node_id.to_string(), broker_keys),
+                ],
+            )
+            .await?;
+        Ok((results, node_id, addr))
+    }
+
+    /// The lowest node id the cluster names (the broker whose configs stand for the cluster's).
+    pub(crate) async fn lowest_broker(&self) -> Result<i32> {
         let meta = self.cluster.metadata(&[]).await?;
-        let node_id = meta
-            .brokers
+        meta.brokers
             .keys()
             .min()
             .copied()
-            .ok_or_else(|| Error::new(ErrorKind::Broker, "the cluster named no brokers"))?;
-        let resource = |resource_type: i8, name: String, keys: &[&'static str]| {
-            let mut r = describe_configs_request::DescribeConfigsResource::default();
-            r.resource_type = resource_type;
-            r.resource_name = StrBytes::from_string(name);
-            r.configuration_keys =
-                Some(keys.iter().map(|k| StrBytes::from_static_str(k)).collect());
-            r
-        };
+            .ok_or_else(|| Error::new(ErrorKind::Broker, "the cluster named no brokers"))
+    }
+
+    /// Describes the `keys` of each (resource type, name) in one DescribeConfigs to broker
+    /// `node_id`; returns the results and the broker's address.
+    pub(crate) async fn describe_configs(
+        &self,
+        node_id: i32,
+        resources: &[(i8, &str, &[&'static str])],
+    ) -> Result<(Vec<ConfigResult>, String)> {
         let mut req = DescribeConfigsRequest::default();
-        req.resources = vec![
-            resource(RESOURCE_GROUP, group.to_string(), group_keys),
-            resource(RESOURCE_BROKER, node_id.to_string(), broker_keys),
-        ];
+        req.resources = resources
+            .iter()
+            .map(|(resource_type, name, keys)| {
+                let mut r = describe_configs_request::DescribeConfigsResource::default();
+                r.resource_type = *resource_type;
+                r.resource_name = StrBytes::from_string((*name).to_owned());
+                r.configuration_keys =
+                    Some(keys.iter().map(|k| StrBytes::from_static_str(k)).collect());
+                r
+            })
+            .collect();
         let mut conn = self.cluster.connect_node(node_id).await?;
         let results = call(
             &mut conn,
@@ -374,7 +396,7 @@ impl Admin {
             |body, _| decode_describe_configs(body),
         )
         .await?;
-        Ok((results, node_id, conn.addr().to_string()))
+        Ok((results, conn.addr().to_string()))
     }
 }
 

@@ -1,6 +1,7 @@
 //! Admin calls the worker and its tests need, split as franz-go's `kadm` is: topics (create, end
 //! offsets, lag), configs (group configs, the delivery-count limit), renewal (whether locks can be
-//! renewed) and groups (describe, members, share-group offsets).
+//! renewed), broker_dlq (the broker's own dead-letter queue, KIP-1191), features (finalized feature
+//! levels) and groups (describe, members, share-group offsets).
 //!
 //! Requests are encoded with `kafka-protocol` (our own data). Responses come from the network, so
 //! each is decoded by hand with the bounded [`Reader`](super::wire::Reader): every length is checked
@@ -8,7 +9,9 @@
 //! [`ErrorKind::Protocol`] error naming the API and the broker. Each API is pinned to versions whose
 //! encoding is flexible (compact) and that every Kafka 4.2+ broker offers.
 
+mod broker_dlq;
 mod configs;
+mod features;
 mod groups;
 mod renewal;
 mod topics;
@@ -24,12 +27,15 @@ use super::error_codes as codes;
 use crate::security::{Prepared, Security};
 use crate::{Error, ErrorKind, Result};
 
+pub use broker_dlq::{BrokerDlq, DlqTopicState};
 pub use configs::{DeliveryLimit, DeliveryLimitSource};
 pub use groups::{PartitionOffsets, ShareGroupDescription, ShareGroupMember};
 pub use renewal::GroupRenewal;
 
 #[cfg(any(test, feature = "test-util"))]
 pub(crate) use configs::{decode_describe_configs, decode_incremental_alter_configs};
+#[cfg(test)]
+pub(crate) use features::decode_finalized_features;
 #[cfg(any(test, feature = "test-util"))]
 pub(crate) use groups::{decode_share_group_describe, decode_share_group_offsets};
 #[cfg(any(test, feature = "test-util"))]
@@ -58,6 +64,10 @@ pub(crate) fn sample_responses() -> anyhow::Result<Vec<Vec<u8>>> {
     out.push(bytes(&groups::tests::crate_share_group_describe(), 1)?);
     out.push(bytes(&groups::tests::crate_share_group_offsets(), 0)?);
     out.push(groups::tests::share_group_offsets_v1().to_vec());
+    out.push(bytes(
+        &features::tests::crate_api_versions(&[("share.version", 2)]),
+        3,
+    )?);
     Ok(out)
 }
 

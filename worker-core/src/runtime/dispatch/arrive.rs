@@ -1,21 +1,27 @@
 //! Fetches, and the records that arrive from them: each gets a slot, a span and its first phase.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::SystemTime;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::Service;
 use tracing::field::Empty;
 
-use crate::source::{AckKind, Delivery, ShareSource};
+use crate::delay::{headers, parse_not_before};
+use crate::source::{AckKind, Delivery, Header, ShareSource};
 use crate::telemetry;
 use crate::{ErrorKind, Job, Outcome, Result};
 
 use super::super::lifecycle::{Arrival, Life, Phase};
 use super::super::observer::Subject;
-use super::super::slots::InFlight;
-use super::{Dispatcher, EMPTY_FETCH_PAUSE, FETCH_BACKOFF, MAX_FETCH_BACKOFF, ends_the_worker};
+use super::super::slots::{Counted, InFlight, Origin};
+use super::{
+    Dispatcher, FETCH_BACKOFF, FIRST_EMPTY_FETCH_PAUSE, MAX_EMPTY_FETCH_PAUSE, MAX_FETCH_BACKOFF,
+    WAITED_FOR_RECORDS, ends_the_worker,
+};
 
 impl<S, Svc> Dispatcher<'_, S, Svc>
 where
@@ -37,9 +43,13 @@ where
     }
 
     /// Asks for min(concurrency − unfinished records, max_poll_records, what the fullest route
-    /// may still take) records, if fetching is allowed now. Records whose acknowledgement is on the way do not count: the fetch carries (or
-    /// overlaps) their acknowledgements, so a finished handler's successor does not wait a round
-    /// trip for the broker's answer first.
+    /// may still take) records, if fetching is allowed now. Records whose acknowledgement is on
+    /// the way do not count: the fetch carries (or overlaps) their acknowledgements, so a finished
+    /// handler's successor does not wait a round trip for the broker's answer first. Their slots
+    /// stay held until the broker answers, and a source may return one record more per
+    /// acknowledgement queued while it waits (each unfinished record may be one): the request
+    /// leaves room for those, so that a broker slow to answer never makes a batch overflow the
+    /// slots (its excess would be released unhandled, a delivery spent).
     pub(super) fn start_fetch(&mut self, now: Instant) -> bool {
         if self.stopping.is_some() || self.fetching.future.is_some() || self.dlq_failing() {
             return false;
@@ -55,7 +65,7 @@ where
             .config
             .concurrency
             .saturating_sub(unfinished)
-            .min(self.slots.free())
+            .min(self.slots.free().saturating_sub(unfinished))
             .min(self.routes.fetch_room(self.route_share));
         if room == 0 {
             return false;
@@ -63,8 +73,19 @@ where
         let max = u32::try_from(room)
             .unwrap_or(u32::MAX)
             .min(self.config.max_poll_records);
+        let full = u32::try_from(self.config.concurrency)
+            .unwrap_or(u32::MAX)
+            .min(self.config.max_poll_records);
+        self.fetching.coalesce_until =
+            self.fetching
+                .coalesce
+                .wait_until(max as usize, full as usize, unfinished, now);
+        if self.fetching.coalesce_until.is_some() {
+            return false;
+        }
         self.fetching.future = Some(Box::pin(self.source.fetch(max)));
         self.fetching.started = now;
+        self.fetching.asked = max;
         true
     }
 
@@ -98,8 +119,14 @@ where
             self.health.set_fetch_failure(None);
         }
         self.fetching.backoff = FETCH_BACKOFF;
-        if batch.is_empty() {
-            self.fetching.not_before = Some(now + EMPTY_FETCH_PAUSE);
+        self.fetching
+            .coalesce
+            .fetched(self.fetching.asked as usize, batch.len());
+        if !batch.is_empty() || took >= WAITED_FOR_RECORDS {
+            self.fetching.empty_pause = FIRST_EMPTY_FETCH_PAUSE;
+        } else {
+            self.fetching.not_before = Some(now + self.fetching.empty_pause);
+            self.fetching.empty_pause = (self.fetching.empty_pause * 2).min(MAX_EMPTY_FETCH_PAUSE);
         }
         for delivery in batch {
             self.admit(delivery, now);
@@ -128,23 +155,46 @@ where
             error.type = Empty,
         );
         telemetry::continue_trace(&span, &delivery.headers);
-        let route = self.routes.route_for(&id.topic);
+        let lookup = self.routes.route_for(&id.topic);
+        let route = lookup.map(|lookup| lookup.route);
+        let from_delay = lookup.is_some_and(|lookup| lookup.from_delay);
         if !delivery.lock_duration.is_zero() {
             self.shortest_lock = self.shortest_lock.min(delivery.lock_duration);
         }
         let renew_every = self.config.renew_every(delivery.lock_duration);
         let next_renewal = renew_every.map(|every| delivery.acquired_at + every);
+        let waits = Waits::read(&delivery.headers, from_delay);
+        let attempt = waits.prior.saturating_add(delivery.delivery_count);
+        let wait = waits
+            .not_before
+            .and_then(|at| at.duration_since(self.wall_clock(now)).ok())
+            .filter(|wait| !wait.is_zero());
+        let undecodable = delivery
+            .undecodable
+            .as_deref()
+            .map(|u| u.error.as_str())
+            .or(waits.bad.as_deref());
         let (life, step) = Life::arrive(
             Arrival {
-                attempt: delivery.delivery_count,
-                undecodable: delivery.undecodable.as_deref().map(|u| u.error.as_str()),
+                attempt,
+                delivery_count: delivery.delivery_count,
+                undecodable,
                 routed: route.is_some(),
+                wait,
+                from_delay,
             },
             rules!(self, now),
         );
-        // Kept for the dead-letter sink: a handler consumes its job. Reference counts only, plus
-        // the header list when the record has headers.
-        let letter = self.dead_letters.as_ref().map(|_| delivery.clone());
+        // Kept for the dead-letter sink and for moves to the delay topic: a handler consumes its
+        // job. Reference counts only, plus the header list when the record has headers.
+        let letter =
+            (self.dead_letters.is_some() || self.moves.is_some()).then(|| delivery.clone());
+        let keyed = route.is_some_and(|route| self.limits.keyed(route));
+        let key = delivery
+            .key
+            .as_deref()
+            .filter(|_| keyed)
+            .map(|key| self.keys.hash(key));
         let job = InFlight {
             id,
             life,
@@ -154,6 +204,13 @@ where
             letter,
             route,
             span,
+            parked: None,
+            key,
+            holds_key: false,
+            throttle: None,
+            counted: Counted::default(),
+            origin: waits.origin,
+            not_before: waits.not_before,
         };
         let Some(key) = self.slots.insert(job) else {
             tracing::warn!(record = %delivery.id, "the source returned more records than asked for: releasing");
@@ -180,6 +237,76 @@ where
             job.next_renewal = Some(at);
             self.renewals.schedule(key, at);
         }
-        self.perform(key, Phase::Queued, step, Some(delivery), now);
+        self.perform(key, Phase::Admitting, step, Some(delivery), now);
+    }
+}
+
+/// What a record's headers say about waiting: when it may run and, on a delay-topic record, the
+/// attempts it used before and where it came from. A header that does not parse makes the record
+/// undecodable (dead-lettered, reason `decode`): running it at the wrong time could be worse.
+#[derive(Debug, Default)]
+struct Waits {
+    not_before: Option<SystemTime>,
+    prior: u16,
+    origin: Option<Origin>,
+    bad: Option<String>,
+}
+
+impl Waits {
+    fn read(record: &[Header], from_delay: bool) -> Self {
+        let mut waits = Waits::default();
+        let last = |key: &str| {
+            record
+                .iter()
+                .rev()
+                .find(|h| &*h.key == key)
+                .map(|h| h.value.as_deref().unwrap_or_default())
+        };
+        if let Some(value) = last(headers::NOT_BEFORE) {
+            match parse_not_before(value) {
+                Ok(at) => waits.not_before = Some(at),
+                Err(err) => waits.bad = Some(err),
+            }
+        }
+        if !from_delay {
+            return waits;
+        }
+        let number = |key: &str| -> Result<Option<i64>, String> {
+            let Some(value) = last(key) else {
+                return Ok(None);
+            };
+            std::str::from_utf8(value)
+                .ok()
+                .and_then(|text| text.trim().parse::<i64>().ok())
+                .map(Some)
+                .ok_or_else(|| {
+                    format!("{key} {:?} is not a number", String::from_utf8_lossy(value))
+                })
+        };
+        match number(headers::ATTEMPT) {
+            Ok(prior) => {
+                waits.prior = prior
+                    .and_then(|n| u16::try_from(n).ok())
+                    .unwrap_or(if prior.is_some() { u16::MAX } else { 0 });
+            }
+            Err(err) => waits.bad = waits.bad.or(Some(err)),
+        }
+        let topic = last(headers::ORIGIN_TOPIC).and_then(|v| std::str::from_utf8(v).ok());
+        match (
+            topic,
+            number(headers::ORIGIN_PARTITION),
+            number(headers::ORIGIN_OFFSET),
+        ) {
+            (Some(topic), Ok(Some(partition)), Ok(Some(offset))) => {
+                waits.origin = i32::try_from(partition).ok().map(|partition| Origin {
+                    topic: Arc::from(topic),
+                    partition,
+                    offset,
+                });
+            }
+            (_, Err(err), _) | (_, _, Err(err)) => waits.bad = waits.bad.or(Some(err)),
+            _ => {}
+        }
+        waits
     }
 }

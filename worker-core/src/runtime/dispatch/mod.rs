@@ -10,6 +10,7 @@
 //! - `arrive.rs`: fetches, and records arriving from them.
 //! - `perform.rs`: stepping a record and performing its effects.
 //! - `renew.rs`: renewals and the watchdog over the loop's own lateness.
+//! - `wait.rs`: the admission check (rate limits, keys), waits and moves to the delay topic.
 //! - `stop.rs`: shutdown and the grace period.
 
 /// The world the lifecycle's rules look at now. A macro rather than a method so that it borrows
@@ -22,14 +23,18 @@ macro_rules! rules {
             stopping: $dispatcher.stopping.is_some(),
             sink: $dispatcher.dead_letters.is_some(),
             can_hold: $dispatcher.holds.has_room(),
+            delay_sink: $dispatcher.moves.is_some(),
+            max_hold: $dispatcher.config.max_hold,
         }
     };
 }
 
 mod arrive;
+mod coalesce;
 mod perform;
 mod renew;
 mod stop;
+mod wait;
 
 use std::convert::Infallible;
 use std::future::{Future, poll_fn};
@@ -51,20 +56,28 @@ use crate::telemetry::metrics::Metrics;
 use crate::{Error, ErrorKind, Job, Outcome, Result};
 
 use super::config::Config;
-use super::dead_letters::DeadLetters;
 use super::deadlines::Deadlines;
 use super::handler_task::Finished;
-use super::health::{TICK, WorkerHealth};
+use super::health::{TICK, WorkerHealth, WorkerProgress};
 use super::holds::Holds;
+use super::keys::Keys;
 use super::limit::{self, LimitWatch};
 use super::observer::Observer;
 use super::receipt::SlotReceipt;
 use super::routes::Routes;
 use super::slots::{SlotKey, Slots};
 use super::summary::Summary;
+use super::writes::{DeadLetters, Moves};
+use wait::Limits;
 
-/// After an empty fetch, wait this long before the next one (the source already waited).
-const EMPTY_FETCH_PAUSE: Duration = Duration::from_millis(10);
+/// An empty fetch that took at least this long waited for records (a long poll): the next one
+/// starts at once. One that came back sooner is followed by a pause that starts at
+/// `FIRST_EMPTY_FETCH_PAUSE` and doubles up to `MAX_EMPTY_FETCH_PAUSE` while fetches keep coming
+/// back empty at once, so a source that does not wait itself is not asked in a busy loop, and a
+/// worker that has just joined gets its first records without a fixed delay.
+const WAITED_FOR_RECORDS: Duration = Duration::from_millis(5);
+const FIRST_EMPTY_FETCH_PAUSE: Duration = Duration::from_millis(1);
+const MAX_EMPTY_FETCH_PAUSE: Duration = Duration::from_millis(100);
 /// The first pause after a failed fetch; doubles up to `MAX_FETCH_BACKOFF`.
 const FETCH_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_FETCH_BACKOFF: Duration = Duration::from_secs(5);
@@ -88,6 +101,14 @@ struct Fetching<'a> {
     started: Instant,
     not_before: Option<Instant>,
     backoff: Duration,
+    /// The pause after the next empty fetch that comes back at once.
+    empty_pause: Duration,
+    /// How many records the fetch in progress asked for.
+    asked: u32,
+    /// Whether the next fetch waits for the last batch's handlers (see `coalesce`).
+    coalesce: coalesce::Coalesce,
+    /// Until when the next fetch waits for them, while it does.
+    coalesce_until: Option<Instant>,
 }
 
 /// The loop's state. Generic over the service so a route's service is called without a clone.
@@ -108,6 +129,25 @@ where
     holds: Holds,
     /// Dead-letter writes; `None` without a sink.
     dead_letters: Option<DeadLetters>,
+    /// Moves to the delay topics; `None` without a delay sink.
+    moves: Option<Moves>,
+    /// Records over a rate limit, by when they are checked again.
+    throttled: Deadlines,
+    /// The rate limiters and how many records wait for each.
+    limits: Limits,
+    /// Which keys run, and who waits for them.
+    keys: Keys,
+    /// Records waiting for their not-before.
+    delayed: usize,
+    /// Each route's recent handler time, for when a busy key may be free.
+    latency: Vec<Duration>,
+    /// Whether the delay topics are paused because `max_held` records are held.
+    holds_full: bool,
+    /// Which routes' delay topics are paused at the source.
+    delay_paused: Vec<bool>,
+    /// The wall clock when the loop started, and the loop's clock then: not-before times are
+    /// counted on the loop's (monotonic) clock from there.
+    wall: (std::time::SystemTime, Instant),
     /// Handler tasks.
     running: JoinSet<(SlotKey, Finished, Duration)>,
     acking: FuturesUnordered<SlotReceipt>,
@@ -153,16 +193,34 @@ where
         let dead_letters = config.policy.dlq.clone().map(|sink| {
             DeadLetters::new(sink, config.policy.dlq_backoff, config.policy.dlq_timeout)
         });
+        let moves = config.delay.as_ref().map(|delay| {
+            Moves::new(
+                delay.sink.clone(),
+                config.policy.dlq_backoff,
+                config.policy.dlq_timeout,
+            )
+        });
+        let limits = Limits::new(config, &routes);
+        let route_count = routes.len();
         Self {
             source,
             config,
             route_share: routes.share(config.concurrency),
             routes,
-            slots: Slots::new(config.concurrency.saturating_mul(2)),
+            slots: Slots::new(config.concurrency.saturating_mul(3)),
             policy: limit::policy_for(&config.policy, delivery_limit),
             renewals: Deadlines::default(),
             holds: Holds::new(config.max_held()),
             dead_letters,
+            moves,
+            throttled: Deadlines::default(),
+            limits,
+            keys: Keys::default(),
+            delayed: 0,
+            latency: vec![Duration::ZERO; route_count],
+            holds_full: false,
+            delay_paused: vec![false; route_count],
+            wall: (std::time::SystemTime::now(), Instant::now()),
             running: JoinSet::new(),
             acking: FuturesUnordered::new(),
             renewing: FuturesUnordered::new(),
@@ -171,6 +229,10 @@ where
                 started: Instant::now(),
                 not_before: None,
                 backoff: FETCH_BACKOFF,
+                empty_pause: FIRST_EMPTY_FETCH_PAUSE,
+                asked: 0,
+                coalesce: coalesce::Coalesce::default(),
+                coalesce_until: None,
             },
             shutdown: Box::pin(shutdown.cancelled_owned()),
             stopping: None,
@@ -182,7 +244,7 @@ where
             due: Vec::new(),
             limit: LimitWatch::new(delivery_limit, config.limit_refresh),
             group: source.group().map(Arc::from),
-            observer: Observer::new(metrics),
+            observer: Observer::new(metrics, config.broker_writes_letters),
             health,
         }
     }
@@ -194,15 +256,29 @@ where
         poll_fn(|cx| {
             self.health.passed();
             let poll = self.poll_run(cx);
+            // Holds keep retries and delayed records; the held gauge counts the retries.
+            let in_flight = self.slots.held();
+            let held = self.holds.len().saturating_sub(self.delayed);
             self.observer
                 .metrics
-                .occupancy(self.slots.held(), self.holds.len());
+                .occupancy(in_flight, held, self.delayed);
+            let summary = &self.observer.summary;
+            self.health.publish(false, || WorkerProgress {
+                summary: *summary,
+                in_flight,
+                held,
+            });
             poll
         })
         .await;
         self.running.abort_all();
         self.health.set_running(false);
-        self.observer.metrics.occupancy(0, 0);
+        self.observer.metrics.occupancy(0, 0, 0);
+        let summary = self.observer.summary;
+        self.health.publish(true, || WorkerProgress {
+            summary,
+            ..WorkerProgress::default()
+        });
         (self.observer.summary, self.fatal)
     }
 
@@ -240,11 +316,18 @@ where
                 progress = true;
             }
             progress |= self.poll_dead_letters(cx, now);
+            progress |= self.poll_moves(cx, now);
             progress |= self.release_held(now);
+            progress |= self.release_throttled(now);
             progress |= self
                 .dead_letters
                 .as_mut()
                 .is_some_and(|writer| writer.retry_due(now));
+            progress |= self
+                .moves
+                .as_mut()
+                .is_some_and(|writer| writer.retry_due(now));
+            self.sync_delay_pauses();
             progress |= self.expire_grace(now);
             if let Poll::Ready(changed) = self.limit.poll_changed(self.source, cx, now) {
                 self.policy = limit::policy_for(&self.config.policy, changed);
@@ -289,6 +372,14 @@ where
         progress
     }
 
+    /// The wall-clock time at `now`: the system clock as the loop started, plus the loop's
+    /// monotonic time since. A clock step while the worker runs moves no record's turn (and a
+    /// paused tokio clock in tests moves not-before times with it).
+    fn wall_clock(&self, now: Instant) -> std::time::SystemTime {
+        let (wall, at) = self.wall;
+        wall + now.saturating_duration_since(at)
+    }
+
     /// Whether the dead-letter sink is failing (fetching pauses meanwhile).
     fn dlq_failing(&self) -> bool {
         self.dead_letters
@@ -302,9 +393,10 @@ where
         // The end of a fetch pause matters only if a fetch could start then: not while stopping,
         // fetching or paused for a failing dead-letter sink (its recovery wakes the loop itself).
         // Waking for a past pause that cannot end would spin.
-        let fetch_pause = self.fetching.not_before.filter(|_| {
-            self.stopping.is_none() && self.fetching.future.is_none() && !self.dlq_failing()
-        });
+        let may_fetch =
+            self.stopping.is_none() && self.fetching.future.is_none() && !self.dlq_failing();
+        let fetch_pause = self.fetching.not_before.filter(|_| may_fetch);
+        let coalescing = self.fetching.coalesce_until.filter(|_| may_fetch);
         let grace = self.stopping.as_ref().map(|s| {
             if s.grace_expired {
                 s.grace_deadline + FLUSH_TIMEOUT
@@ -313,11 +405,15 @@ where
             }
         });
         let dlq_retry = self.dead_letters.as_ref().and_then(DeadLetters::next_retry);
+        let move_retry = self.moves.as_ref().and_then(Moves::next_retry);
         [
             self.renewals.next_due(),
             self.holds.next_due(),
+            self.throttled.next_due(),
             dlq_retry,
+            move_retry,
             fetch_pause,
+            coalescing,
             grace,
             self.limit.next_due(),
         ]
@@ -351,6 +447,9 @@ impl<S, Svc: Service<Job>> std::fmt::Debug for Dispatcher<'_, S, Svc> {
             .field("running", &self.running.len())
             .field("renewals", &self.renewals.len())
             .field("holds", &self.holds.len())
+            .field("throttled", &self.throttled.len())
+            .field("delayed", &self.delayed)
+            .field("moves", &self.moves.as_ref().map_or(0, Moves::len))
             .field(
                 "dead_letters",
                 &self.dead_letters.as_ref().map_or(0, DeadLetters::len),

@@ -15,12 +15,12 @@ use crate::source::{AckError, Delivery, ShareSource};
 use crate::telemetry;
 use crate::{Error, ErrorKind, Job, Outcome};
 
-use super::super::dead_letters::Written;
 use super::super::handler_task::{Finished, handler_task, panic_message};
 use super::super::lifecycle::{Effect, Event, Phase, Step};
 use super::super::observer::Subject;
 use super::super::receipt::SlotReceipt;
 use super::super::slots::SlotKey;
+use super::super::writes::Written;
 use super::Dispatcher;
 
 impl<S, Svc> Dispatcher<'_, S, Svc>
@@ -32,6 +32,18 @@ where
     /// Feeds `event` to the record in slot `key` (if it is still there), reports the step and
     /// performs its effects. `took` is how long its handler ran, when it just finished.
     pub(super) fn step(&mut self, key: SlotKey, event: Event<'_>, took: Duration, now: Instant) {
+        self.step_with(key, event, took, None, now);
+    }
+
+    /// [`step`](Self::step) with the record itself at hand (`delivery`).
+    pub(super) fn step_with(
+        &mut self,
+        key: SlotKey,
+        event: Event<'_>,
+        took: Duration,
+        delivery: Option<Delivery>,
+        now: Instant,
+    ) {
         let rules = rules!(self, now);
         let Some(job) = self.slots.get_mut(key) else {
             return;
@@ -47,7 +59,7 @@ where
             &step,
             took,
         );
-        self.perform(key, before, step, None, now);
+        self.perform(key, before, step, delivery, now);
     }
 
     /// Performs `step`'s effects for the record in slot `key`, which was in phase `before`.
@@ -63,6 +75,38 @@ where
         let route = self.slots.get(key).and_then(|job| job.route);
         for effect in step.effects {
             match effect {
+                Effect::Admit => {
+                    let record = delivery
+                        .take()
+                        .or_else(|| self.slots.get_mut(key).and_then(|job| job.parked.take()));
+                    let admission = self.admission(key);
+                    self.step_with(
+                        key,
+                        Event::Admission(admission),
+                        Duration::ZERO,
+                        record,
+                        now,
+                    );
+                }
+                Effect::Wait => match self.slots.get(key).map(|job| job.life.phase) {
+                    Some(Phase::Delayed { until }) => self.holds.hold(key, until),
+                    Some(Phase::Throttled { until }) => self.throttled.schedule(key, until),
+                    _ => {}
+                },
+                Effect::WaitForKey => {
+                    if let Some((Some(route), Some(hash))) =
+                        self.slots.get(key).map(|job| (job.route, job.key))
+                    {
+                        self.keys.wait(route, hash, key);
+                    }
+                }
+                Effect::Move {
+                    reason,
+                    attempts,
+                    wait,
+                } => {
+                    self.write_move(key, reason, attempts, wait, delivery.take(), now);
+                }
                 Effect::Enqueue => {
                     let route = self.slots.get(key).and_then(|job| job.route);
                     if let (Some(route), Some(delivery)) = (route, delivery.take()) {
@@ -97,18 +141,33 @@ where
                 }
                 Effect::Forget | Effect::Free => {
                     self.unschedule(key);
+                    self.account(key, true, now);
                     self.slots.remove(key);
                 }
             }
         }
+        // A record that still waits keeps itself at hand for when it is admitted.
+        if let Some(record) = delivery
+            && let Some(job) = self.slots.get_mut(key)
+            && matches!(
+                job.life.phase,
+                Phase::Delayed { .. } | Phase::Throttled { .. } | Phase::KeyWait
+            )
+        {
+            job.parked = Some(record);
+        }
+        self.account(key, false, now);
         let after = self
             .slots
             .get(key)
             .map(|job| (job.life.phase, job.life.renewable()));
-        if let Phase::Held { until } = before
-            && after.map(|(phase, _)| phase) != Some(before)
-        {
-            self.holds.cancel(key, until);
+        let changed = after.map(|(phase, _)| phase) != Some(before);
+        match before {
+            Phase::Held { until } | Phase::Delayed { until } if changed => {
+                self.holds.cancel(key, until);
+            }
+            Phase::Throttled { until } if changed => self.throttled.cancel(key, until),
+            _ => {}
         }
         if let Some((_, false)) = after {
             self.unschedule(key);
@@ -127,16 +186,20 @@ where
     /// Counts a record of `route` becoming unfinished or finished, pausing the route's topic at
     /// the source while the route holds its full share of the slots.
     pub(super) fn count_route(&mut self, route: usize, unfinished: bool) {
-        if let Some((topic, pause)) = self.routes.count(route, unfinished, self.route_share) {
-            self.source.pause(topic, pause);
+        if let Some(pause) = self.routes.count(route, unfinished, self.route_share) {
+            let Some(topic) = self.routes.topic(route).cloned() else {
+                return;
+            };
+            self.source.pause(&topic, pause);
+            self.sync_delay_pause(route);
             if pause {
                 tracing::debug!(
-                    topic,
+                    topic = &*topic,
                     share = self.route_share,
                     "route full: pausing its topic"
                 );
             } else {
-                tracing::debug!(topic, "route has room again: resuming its topic");
+                tracing::debug!(topic = &*topic, "route has room again: resuming its topic");
             }
         }
     }
@@ -150,7 +213,10 @@ where
             return;
         };
         let span = job.span.clone();
-        let request = Job::new(delivery, job.cancel.clone());
+        let mut request = Job::new(delivery, job.cancel.clone()).with_attempt(job.life.attempt);
+        if let Some(origin) = &job.origin {
+            request = request.with_origin(origin.topic.clone(), origin.partition, origin.offset);
+        }
         let called = {
             let _entered = span.enter();
             catch_unwind(AssertUnwindSafe(|| self.routes.call(route, request)))
@@ -190,9 +256,14 @@ where
         took: Duration,
         now: Instant,
     ) {
+        self.fetching.coalesce.finished(took);
         let Some(job) = self.slots.get(key) else {
             return;
         };
+        if let Some(latency) = job.route.and_then(|route| self.latency.get_mut(route)) {
+            // A running average over about eight calls.
+            *latency = (*latency * 7 + took) / 8;
+        }
         let (outcome, cause) = match finished {
             Finished::Done(outcome) => (outcome, Cause::Handler),
             Finished::Panicked(message) => {
@@ -316,13 +387,37 @@ where
             return;
         };
         telemetry::stamp(&job.span, &mut letter.headers);
+        // The letter names the record's attempts and, for a delay-topic copy, where it came from:
+        // it goes to its origin's dead-letter topic, and a replay sends it back there as new.
+        letter.delivery_count = job.life.attempt;
+        let handler = job
+            .route
+            .and_then(|route| self.routes.topic(route).cloned())
+            .unwrap_or_else(|| job.id.topic.clone());
+        if self
+            .routes
+            .route_for(&job.id.topic)
+            .is_some_and(|lookup| lookup.from_delay)
+        {
+            match &job.origin {
+                Some(origin) => {
+                    letter.id.topic = origin.topic.clone();
+                    letter.id.partition = origin.partition;
+                    letter.id.offset = origin.offset;
+                }
+                None => letter.id.topic = handler.clone(),
+            }
+            letter
+                .headers
+                .retain(|h| !crate::delay::headers::is_delay_header(&h.key));
+        }
         writer.write(
             key,
             DeadLetter {
                 delivery: letter,
                 reason,
                 error,
-                handler: job.id.topic.clone(),
+                handler,
                 failed_at: SystemTime::now(),
             },
         );
@@ -336,12 +431,14 @@ where
         let mut due = std::mem::take(&mut self.due);
         self.holds.take_due(now, &mut due);
         for (at, key) in due.drain(..) {
-            if self
-                .slots
-                .get(key)
-                .is_some_and(|job| job.life.phase == Phase::Held { until: at })
-            {
-                self.step(key, Event::HoldEnded, Duration::ZERO, now);
+            match self.slots.get(key).map(|job| job.life.phase) {
+                Some(Phase::Held { until }) if until == at => {
+                    self.step(key, Event::HoldEnded, Duration::ZERO, now);
+                }
+                Some(Phase::Delayed { until }) if until == at => {
+                    self.step(key, Event::Due, Duration::ZERO, now);
+                }
+                _ => {}
             }
         }
         self.due = due;

@@ -35,11 +35,23 @@ where
             grace = ?self.config.shutdown_grace,
             "shutting down: no more fetches, waiting for running handlers"
         );
+        // Copies written to the delay topics from now on are for the next run: a fetch must not
+        // bring them back only to release them.
+        for route in 0..self.delay_paused.len() {
+            if let Some(topic) = self.routes.delay_topic(route).cloned() {
+                self.delay_paused[route] = true;
+                self.source.pause(&topic, true);
+            }
+        }
         for (key, _) in self.routes.drain() {
             self.step(key, Event::ShutdownStarted, Duration::ZERO, now);
         }
+        // Held retries are released; records waiting for their not-before, a rate limit or
+        // their key move to the delay topic (with a delay sink) or are released.
         let mut held = std::mem::take(&mut self.due);
         self.holds.take_all(&mut held);
+        self.throttled.take_all(&mut held);
+        held.extend(self.keys.drain_waiting().into_iter().map(|key| (now, key)));
         for (_, key) in held.drain(..) {
             self.step(key, Event::ShutdownStarted, Duration::ZERO, now);
         }
@@ -61,11 +73,14 @@ where
         for (key, job) in self.slots.iter_mut() {
             match job.life.phase {
                 Phase::Running => unfinished.push(key),
-                Phase::DeadLettering(_) => undelivered.push(key),
+                Phase::DeadLettering(_) | Phase::Moving(_) => undelivered.push(key),
                 _ => {}
             }
         }
         if let Some(writer) = self.dead_letters.as_mut() {
+            writer.abandon();
+        }
+        if let Some(writer) = self.moves.as_mut() {
             writer.abandon();
         }
         if !unfinished.is_empty() {
@@ -77,7 +92,7 @@ where
         if !undelivered.is_empty() {
             tracing::error!(
                 records = undelivered.len(),
-                "grace period over with the dead-letter sink still failing: releasing those records (neither accepted nor rejected); the broker delivers them again, and archives any at its delivery limit"
+                "grace period over with the dead-letter or delay sink still failing: releasing those records (neither accepted nor rejected); the broker delivers them again, and archives any at its delivery limit"
             );
         }
         for key in unfinished.into_iter().chain(undelivered) {

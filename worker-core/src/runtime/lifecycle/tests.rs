@@ -7,8 +7,8 @@ use super::*;
 use crate::policy::{Backoff, PolicyConfig};
 
 /// Milliseconds since an arbitrary start: enough of an instant for the rules.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Ms(u64);
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Ms(pub(super) u64);
 
 impl Add<Duration> for Ms {
     type Output = Ms;
@@ -18,7 +18,7 @@ impl Add<Duration> for Ms {
 }
 
 /// Delivery limit 4: handlers get attempts 1 to 3, backoff 1 s doubling, no jitter.
-fn policy() -> Policy {
+pub(super) fn policy() -> Policy {
     let config = PolicyConfig {
         backoff: Backoff::exponential(Duration::from_secs(1), Duration::from_secs(8)).jitter(false),
         ..PolicyConfig::default()
@@ -26,36 +26,47 @@ fn policy() -> Policy {
     Policy::new(&config, Some(4))
 }
 
-fn rules(policy: &Policy) -> Rules<'_, Ms> {
+pub(super) fn rules(policy: &Policy) -> Rules<'_, Ms> {
     Rules {
         policy,
         now: Ms(1_000),
         stopping: false,
         sink: true,
         can_hold: true,
+        delay_sink: false,
+        max_hold: Duration::from_secs(10),
     }
 }
 
-fn life(phase: Phase<Ms>, attempt: u16) -> Life<Ms> {
+/// The rules of a worker with a delay sink (`max_hold` 10 s).
+pub(super) fn delaying(policy: &Policy) -> Rules<'_, Ms> {
+    Rules {
+        delay_sink: true,
+        ..rules(policy)
+    }
+}
+
+pub(super) fn life(phase: Phase<Ms>, attempt: u16) -> Life<Ms> {
     Life {
         phase,
         lost: false,
         attempt,
+        not_before: None,
     }
 }
 
-fn lost(phase: Phase<Ms>) -> Life<Ms> {
+pub(super) fn lost(phase: Phase<Ms>) -> Life<Ms> {
     Life {
         lost: true,
         ..life(phase, 1)
     }
 }
 
-fn effects(step: &Step) -> Vec<Effect> {
+pub(super) fn effects(step: &Step) -> Vec<Effect> {
     step.effects.iter().cloned().collect()
 }
 
-fn facts(step: &Step) -> Vec<Fact> {
+pub(super) fn facts(step: &Step) -> Vec<Fact> {
     step.facts.iter().cloned().collect()
 }
 
@@ -68,8 +79,26 @@ fn arrive(
     Life::arrive(
         Arrival {
             attempt,
+            delivery_count: attempt,
             undecodable,
             routed,
+            wait: None,
+            from_delay: false,
+        },
+        r,
+    )
+}
+
+/// A record arriving that may not run for `wait`.
+pub(super) fn arrive_later(wait: Duration, from_delay: bool, r: Rules<'_, Ms>) -> (Life<Ms>, Step) {
+    Life::arrive(
+        Arrival {
+            attempt: 1,
+            delivery_count: 1,
+            undecodable: None,
+            routed: true,
+            wait: Some(wait),
+            from_delay,
         },
         r,
     )
@@ -78,7 +107,12 @@ fn arrive(
 #[test]
 fn arrivals_are_queued_released_or_dead_lettered() {
     let p = policy();
-    let (l, s) = arrive(1, None, true, rules(&p));
+    let (mut l, s) = arrive(1, None, true, rules(&p));
+    assert_eq!(
+        (l.phase, effects(&s)),
+        (Phase::Admitting, vec![Effect::Admit])
+    );
+    let s = l.step(Event::Admission(Admission::Go), rules(&p));
     assert_eq!(
         (l.phase, effects(&s)),
         (Phase::Queued, vec![Effect::Enqueue])
@@ -118,7 +152,7 @@ fn a_record_that_did_not_decode_is_dead_lettered_without_a_handler() {
         facts(&s),
         vec![Fact::DeadLettered {
             reason: DlqReason::Decode,
-            sink: true
+            path: LetterPath::Sink
         }]
     );
 }
@@ -128,7 +162,7 @@ fn a_record_past_its_attempts_goes_to_the_sink_without_its_handler() {
     let p = policy();
     // Attempts 1..=3 are the handler's; delivery 4 is the last, reserved for the hand-off.
     let (l, _) = arrive(3, None, true, rules(&p));
-    assert_eq!(l.phase, Phase::Queued);
+    assert_eq!(l.phase, Phase::Admitting);
     let (l, s) = arrive(4, None, true, rules(&p));
     assert_eq!(l.phase, Phase::DeadLettering(DlqReason::DeliveryLimit));
     assert!(matches!(
@@ -141,7 +175,7 @@ fn a_record_past_its_attempts_goes_to_the_sink_without_its_handler() {
 }
 
 #[test]
-fn without_a_sink_a_dead_letter_is_a_reject_and_says_so() {
+fn without_a_sink_a_dead_letter_is_a_reject_that_keeps_its_error() {
     let p = policy();
     let no_sink = Rules {
         sink: false,
@@ -153,7 +187,9 @@ fn without_a_sink_a_dead_letter_is_a_reject_and_says_so() {
         facts(&s),
         vec![Fact::DeadLettered {
             reason: DlqReason::Decode,
-            sink: false
+            path: LetterPath::Reject {
+                error: "the record did not decode: bad".to_owned()
+            }
         }]
     );
 }
@@ -213,7 +249,10 @@ fn outcomes_follow_the_policy() {
         assert_eq!(
             f,
             vec![
-                Fact::DeadLettered { reason, sink: true },
+                Fact::DeadLettered {
+                    reason,
+                    path: LetterPath::Sink
+                },
                 Fact::Completed(label)
             ]
         );
@@ -441,6 +480,10 @@ fn events_that_do_not_apply_change_nothing() {
     for phase in [
         Phase::Queued,
         Phase::Held { until: Ms(1) },
+        Phase::Delayed { until: Ms(1) },
+        Phase::Throttled { until: Ms(1) },
+        Phase::KeyWait,
+        Phase::Moving(MoveReason::Retry),
         Phase::Acking(AckKind::Accept),
     ] {
         let mut l = life(phase, 1);

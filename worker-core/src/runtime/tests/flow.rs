@@ -50,7 +50,7 @@ fn build_checks_routes_and_settings() {
 #[tokio::test(start_paused = true)]
 async fn outcomes_become_acknowledgements() {
     let broker = broker();
-    for i in 0..3 {
+    for i in 0..4 {
         broker.produce("t", i.to_string());
     }
     let worker = Worker::builder(broker.member("a"))
@@ -70,7 +70,7 @@ async fn outcomes_become_acknowledgements() {
     let b = broker.clone();
     let summary = run_until(worker, Duration::from_secs(5), "all settled", move || {
         let c = b.counts();
-        c.acknowledged == 2 && c.archived == 1
+        c.acknowledged == 2 && c.archived == 2
     })
     .await;
     assert_eq!(
@@ -79,11 +79,13 @@ async fn outcomes_become_acknowledgements() {
     );
     assert_eq!(broker.delivery_count("t", 0, 1), Some(2));
     assert_eq!(broker.record_state("t", 0, 2), Some(RecordState::Archived));
+    assert_eq!(broker.record_state("t", 0, 3), Some(RecordState::Archived));
     assert_eq!(
         (summary.accepted, summary.retried, summary.rejected),
-        (2, 1, 1)
+        (2, 1, 2)
     );
-    assert_eq!(summary.fetched, 4);
+    // Four records, one of them delivered again for its retry.
+    assert_eq!(summary.fetched, 5);
     assert_eq!(summary.ack_failures.total(), 0);
 }
 
@@ -250,13 +252,13 @@ async fn routes_by_topic() {
 
 /// A finished record's acknowledgement overlaps the fetch of its successor (no round trip
 /// waited), and the record keeps its slot until the broker answers: at concurrency 1 the worker
-/// holds at most one running record and one being acknowledged.
+/// holds at most one running record and two being acknowledged.
 #[tokio::test(start_paused = true)]
 async fn an_acknowledgement_on_the_way_does_not_delay_the_next_fetch() {
     let broker = MemoryBroker::builder()
         .ack_latency(Duration::from_millis(100))
         .build();
-    for i in 0..3 {
+    for i in 0..4 {
         broker.produce("t", i.to_string());
     }
     let worker = Worker::builder(broker.member("a"))
@@ -274,19 +276,20 @@ async fn an_acknowledgement_on_the_way_does_not_delay_the_next_fetch() {
     let run = tokio::spawn(worker.run());
     let b = broker.clone();
     wait_until(Duration::from_secs(5), "accepted", move || {
-        b.counts().acknowledged == 3
+        b.counts().acknowledged == 4
     })
     .await;
     shutdown.shutdown();
     run.await.unwrap().unwrap();
     let fetches = broker.fetches();
     let after = |i: usize| fetches[i].at - fetches[0].at;
-    assert!(fetches[..3].iter().all(|f| f.requested == 1), "{fetches:?}");
+    assert!(fetches[..4].iter().all(|f| f.requested == 1), "{fetches:?}");
     // Record 0 finished at 10 ms: record 1 is fetched at once, not when the answer comes (110 ms).
     assert_eq!(after(1), Duration::from_millis(10), "{fetches:?}");
-    // Record 1 finished at 20 ms with record 0's answer still out: both slots are taken until
-    // that answer frees one at 110 ms.
-    assert_eq!(after(2), Duration::from_millis(110), "{fetches:?}");
+    assert_eq!(after(2), Duration::from_millis(20), "{fetches:?}");
+    // Record 2 finished at 30 ms with the answers for records 0 and 1 still out: all three slots
+    // are taken until the first answer frees one at 110 ms.
+    assert_eq!(after(3), Duration::from_millis(110), "{fetches:?}");
 }
 
 /// `poll_ready` is the backpressure: a route limited to 2 concurrent calls never runs more, and

@@ -55,6 +55,18 @@ fn delivery(offset: usize, lock: Duration) -> Delivery {
     }
 }
 
+impl Ledger {
+    /// Hands out the next records, at most `n` and never past `total`.
+    fn hand_out(&mut self, n: usize, lock: Duration) -> Vec<Delivery> {
+        let n = n.min(self.total - self.next);
+        let batch = (self.next..self.next + n)
+            .map(|i| delivery(i, lock))
+            .collect();
+        self.next += n;
+        batch
+    }
+}
+
 /// A mock that hands out `total` records with `lock` locks and records every call in the ledger.
 fn source(total: usize, lock: Duration) -> (MockSource, Arc<Mutex<Ledger>>) {
     let ledger = Arc::new(Mutex::new(Ledger {
@@ -67,12 +79,8 @@ fn source(total: usize, lock: Duration) -> (MockSource, Arc<Mutex<Ledger>>) {
         let mut ledger = l.lock().unwrap();
         let held = ledger.held;
         ledger.fetches.push((max, held));
-        let n = (max as usize).min(ledger.total - ledger.next);
-        let batch: Vec<Delivery> = (ledger.next..ledger.next + n)
-            .map(|i| delivery(i, lock))
-            .collect();
-        ledger.next += n;
-        ledger.held += n;
+        let batch = ledger.hand_out(max as usize, lock);
+        ledger.held += batch.len();
         Box::pin(async move {
             if batch.is_empty() {
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -267,4 +275,84 @@ async fn a_failed_fetch_is_retried_after_a_pause() {
     .await;
     assert_eq!(summary.fetch_errors, 1);
     assert_eq!(*acked.lock().unwrap(), [(0, AckKind::Accept)]);
+}
+
+/// A source may hand out one record more for each acknowledgement queued while its fetch waits
+/// (the native client gives that slot to a broker still long-polling). While the broker is slow to
+/// answer acknowledgements their slots stay held: the runtime asks for little enough that such a
+/// batch still fits, so no acquired record is released unhandled.
+#[tokio::test(start_paused = true)]
+async fn slow_acknowledgement_answers_never_make_a_fetch_overflow_the_slots() {
+    const TOTAL: usize = 300;
+    let ledger = Arc::new(Mutex::new(Ledger {
+        total: TOTAL,
+        ..Ledger::default()
+    }));
+    let acks_queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut mock = MockSource::new();
+    let (l, queued) = (ledger.clone(), acks_queued.clone());
+    mock.expect_fetch().returning(move |max| {
+        let (l, queued) = (l.clone(), queued.clone());
+        let before = queued.load(std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let freed = queued.load(std::sync::atomic::Ordering::SeqCst) - before;
+            let mut ledger = l.lock().unwrap();
+            ledger.fetches.push((max, freed));
+            Ok(ledger.hand_out(max as usize + freed, Duration::from_secs(30)))
+        })
+    });
+    let (l, queued) = (ledger.clone(), acks_queued.clone());
+    mock.expect_acknowledge().returning(move |id, kind| {
+        l.lock()
+            .unwrap()
+            .acks
+            .entry(id.offset)
+            .or_default()
+            .push(kind);
+        queued.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        // The broker answers half a second later.
+        let (tx, rx) = AckReceipt::channel();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            tx.send(Ok(()));
+        });
+        rx
+    });
+    mock.expect_renew().returning(|_| AckReceipt::ready(Ok(())));
+    mock.expect_close()
+        .times(1)
+        .returning(|| Box::pin(async { Ok(()) }));
+    let worker = Worker::builder(mock)
+        .route(
+            "t",
+            // Uneven latencies around the fetch's 20 ms, so records finish while fetches wait.
+            handler(|job| async move {
+                let ms = 5 + (seq(&job) * 7) % 40;
+                tokio::time::sleep(Duration::from_millis(ms as u64)).await;
+                Outcome::Accept
+            }),
+        )
+        .concurrency(8)
+        .build()
+        .unwrap();
+    let l = ledger.clone();
+    let summary = run_until(
+        worker,
+        Duration::from_secs(60),
+        "all acknowledged",
+        move || l.lock().unwrap().acks.len() == TOTAL,
+    )
+    .await;
+
+    let ledger = ledger.lock().unwrap();
+    assert!(
+        ledger.fetches.iter().any(|&(_, freed)| freed > 0),
+        "no acknowledgement was queued during a fetch: {:?}",
+        ledger.fetches
+    );
+    for offset in 0..TOTAL as i64 {
+        assert_eq!(ledger.acks[&offset], [AckKind::Accept], "record {offset}");
+    }
+    assert_eq!(summary.accepted, TOTAL as u64);
 }

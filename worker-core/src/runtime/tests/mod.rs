@@ -1,9 +1,11 @@
 //! Runtime tests: behaviour against the [`MemoryBroker`](crate::testing::MemoryBroker), the
 //! dispatch loop against a mocked port, and the load, renewal and shutdown scenarios.
 
+mod delays;
 mod dlq_down;
 mod fairness;
 mod flow;
+mod limits;
 mod load;
 mod mock;
 mod policy;

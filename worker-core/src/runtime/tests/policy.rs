@@ -596,3 +596,25 @@ async fn a_changed_delivery_limit_applies_while_the_worker_runs() {
     );
     assert_eq!(letters[0].reason, DlqReason::HandlerError);
 }
+
+/// Broker mode needs the broker to write the group's dead letters; a source that has no broker
+/// dead-letter queue (the MemoryBroker has none) is refused at start, naming the group and why,
+/// before any record is fetched.
+#[tokio::test(start_paused = true)]
+async fn broker_mode_is_refused_by_a_source_without_a_broker_dead_letter_queue() {
+    let broker = MemoryBroker::new();
+    broker.produce("t", "0");
+    let worker = Worker::builder(broker.member("a"))
+        .route("t", handler(|_| async { Outcome::reject("no") }))
+        .broker_dlq()
+        .build()
+        .unwrap();
+    let err = worker.run().await.unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::Config);
+    let text = err.to_string();
+    assert!(
+        text.contains("broker dead letters") && text.contains("no broker-side dead-letter queue"),
+        "{text}"
+    );
+    assert_eq!(broker.stats().fetches, 0, "nothing was fetched");
+}

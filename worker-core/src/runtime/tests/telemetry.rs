@@ -448,3 +448,165 @@ async fn a_failed_acknowledgement_is_counted_by_error() {
     assert_eq!(count(names::ACKS, &[t, ("ack", "accept")]), 1.0);
     assert_eq!(count(names::RECORDS_FETCHED, &[t]), 2.0);
 }
+
+/// Before any record: every counter series known at start is there at 0 (per route topic and
+/// label value), so `rate()` and dashboards work from the first scrape.
+#[tokio::test(start_paused = true)]
+async fn counters_are_exported_at_zero_before_the_first_record() {
+    let metrics = Metrics::new();
+    let broker = MemoryBroker::new();
+    broker.create_topic("quiet", 1);
+    let worker = Worker::builder(broker.member("w"))
+        .route("quiet", handler(|_job| async { Outcome::Accept }))
+        .dlq(MemoryDlq::new())
+        .meter(metrics.meter())
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let points = metrics.collect();
+    let has = |name: &str, with: &[(&str, &str)]| {
+        points.iter().any(|p| {
+            p.name == name
+                && p.value == 0.0
+                && with
+                    .iter()
+                    .all(|(k, v)| p.attributes.get(*k).map(String::as_str) == Some(*v))
+        })
+    };
+    let t = ("topic", "quiet");
+    for counter in [
+        names::RECORDS_FETCHED,
+        names::LOCK_RENEWALS,
+        names::LOCKS_LOST,
+        names::POSSIBLE_DUPLICATES,
+    ] {
+        assert!(has(counter, &[t]), "{counter}: {points:#?}");
+    }
+    for outcome in crate::telemetry::metrics::OUTCOMES {
+        assert!(
+            has(names::RECORDS_COMPLETED, &[t, ("outcome", outcome)]),
+            "{outcome}"
+        );
+    }
+    for reason in crate::dlq::DlqReason::ALL {
+        let with = [t, ("reason", reason.as_str())];
+        assert!(has(names::DLQ_WRITES, &with), "{reason:?}");
+    }
+    for ack in ["accept", "release", "reject"] {
+        assert!(has(names::ACKS, &[t, ("ack", ack)]), "{ack}");
+        assert!(has(
+            names::ACK_FAILURES,
+            &[t, ("ack", ack), ("error", "lock_lost")]
+        ));
+    }
+    assert!(has(
+        names::LOCK_RENEWAL_FAILURES,
+        &[t, ("error", "session_lost")]
+    ));
+    assert!(has(names::DLQ_FAILURES, &[]));
+    assert!(has(names::DISPATCHER_STALLS, &[]));
+    shutdown.shutdown();
+    run.await.unwrap().unwrap();
+}
+
+/// The label values zeroed at start are the ones the runtime records.
+#[test]
+fn the_zeroed_label_values_are_those_recorded() {
+    use crate::runtime::lifecycle::Ending;
+    use crate::source::AckError;
+    let endings = [
+        Ending::Accept,
+        Ending::Retry,
+        Ending::Reject,
+        Ending::Undecodable,
+        Ending::Panic,
+        Ending::Timeout,
+    ];
+    assert_eq!(
+        endings.map(Ending::as_str),
+        crate::telemetry::metrics::OUTCOMES
+    );
+    let errors = [
+        AckError::SessionLost,
+        AckError::LockLost,
+        AckError::LeaderMoved,
+        AckError::Closed,
+        AckError::Duplicate,
+        AckError::Broker {
+            code: 1,
+            message: String::new(),
+        },
+    ];
+    assert_eq!(
+        errors.map(|e| e.as_str()),
+        crate::telemetry::metrics::ACK_ERRORS
+    );
+}
+
+/// The waiting metrics: records delayed (a gauge while they wait), moved to the delay topic (by
+/// reason), and waits for a rate-limit permit (by limit) and for a key.
+#[tokio::test(start_paused = true)]
+async fn waiting_records_show_in_the_delay_move_and_limit_metrics() {
+    use std::time::SystemTime;
+
+    use crate::delay::headers::{NOT_BEFORE, format_not_before};
+    use crate::runtime::RateLimit;
+    use crate::testing::ProducedRecord;
+
+    let metrics = Metrics::new();
+    let broker = MemoryBroker::builder()
+        .lock_duration(Duration::from_secs(2))
+        .build();
+    let soon = format_not_before(SystemTime::now() + Duration::from_secs(5));
+    let later = format_not_before(SystemTime::now() + Duration::from_secs(60));
+    broker.produce_record("t", ProducedRecord::new("soon").header(NOT_BEFORE, soon));
+    broker.produce_record("t", ProducedRecord::new("later").header(NOT_BEFORE, later));
+    for n in 0..3 {
+        broker.produce_record("t", ProducedRecord::new(n.to_string()).key("k"));
+    }
+    let worker = Worker::builder(broker.member("a"))
+        .route("t", handler(|_job| async { Outcome::Accept }))
+        .route_rate_limit("t", RateLimit::per_second(20).burst(1))
+        .route_key_concurrency("t", 1)
+        .delay(broker.clone())
+        .max_hold(Duration::from_secs(10))
+        .meter(metrics.meter())
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let b = broker.clone();
+    wait_until(Duration::from_secs(2), "the keyed records", move || {
+        b.counts().acknowledged >= 4
+    })
+    .await;
+    let points = metrics.collect();
+    assert_eq!(
+        total(&points, names::RECORDS_DELAYED, &[]).0,
+        2.0,
+        "the record due in 5 s waits in the worker, and so does the far one's copy (for max_hold)"
+    );
+    assert_eq!(
+        total(&points, names::RECORDS_MOVED, &[("reason", "not_before")]).0,
+        1.0,
+        "the record due in 60 s moved"
+    );
+    assert!(total(&points, names::RATE_LIMIT_WAITS, &[("limit", "route")]).0 >= 1.0);
+    assert!(total(&points, names::KEY_WAITS, &[("topic", "t")]).0 >= 1.0);
+    let b = broker.clone();
+    wait_until(
+        Duration::from_secs(30),
+        "the record due in 5 s",
+        move || b.counts().acknowledged >= 5,
+    )
+    .await;
+    assert_eq!(
+        total(&metrics.collect(), names::RECORDS_DELAYED, &[]).0,
+        1.0,
+        "only the far copy still waits"
+    );
+    shutdown.shutdown();
+    run.await.unwrap().unwrap();
+}

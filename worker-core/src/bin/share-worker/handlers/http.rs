@@ -71,19 +71,18 @@ impl Http {
     }
 
     pub(crate) async fn handle(&self, job: &Job) -> Outcome {
-        let id = job.id();
+        // Where the job was enqueued: for a record back from the delay topic, the record it was
+        // moved from, so the endpoint sees one idempotency key for all of a job's attempts.
+        let (topic, partition, offset) = job.origin();
         let body = job.payload().cloned().unwrap_or_default();
         let request = self
             .client
             .request(self.method.clone(), self.url.clone())
-            .header("X-Share-Topic", &*id.topic)
-            .header("X-Share-Partition", id.partition.to_string())
-            .header("X-Share-Offset", id.offset.to_string())
+            .header("X-Share-Topic", topic)
+            .header("X-Share-Partition", partition.to_string())
+            .header("X-Share-Offset", offset.to_string())
             .header("X-Share-Delivery-Count", job.attempt().to_string())
-            .header(
-                "Idempotency-Key",
-                format!("{}-{}-{}", id.topic, id.partition, id.offset),
-            )
+            .header("Idempotency-Key", format!("{topic}-{partition}-{offset}"))
             .body(body);
         match request.send().await {
             // The response is dropped unread: a large or endless body costs nothing.

@@ -3,6 +3,11 @@
 //! Both writes go through one idempotent `acks=all` producer. The marker is written only after the
 //! republish is confirmed, so a crash in between leaves a letter without marker: it is replayed
 //! again by the next run (at least once, never lost).
+//!
+//! What is republished is the record as the letter holds it. A broker's letter without the record
+//! (KIP-1191 without `errors.deadletterqueue.copy.record.enable`) is replaced by its original,
+//! read from its source topic by offset ([`original`](super::original)); a broker's letter with
+//! the record has its key and value but none of its headers (the broker never copies them).
 
 use std::time::Duration;
 
@@ -12,6 +17,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use worker_core::dlq::headers::{self, MarkerKind};
 use worker_core::security::{KafkaContext, Security};
 
+use super::original::OriginalReader;
+use super::provenance::{self, Content};
 use super::scan::{Letter, LetterHeader};
 use crate::librdkafka;
 
@@ -37,6 +44,8 @@ pub(crate) struct Replayer {
     producer: FutureProducer<KafkaContext>,
     context: KafkaContext,
     dlq: String,
+    /// Reads the originals of broker letters that do not hold their record.
+    originals: OriginalReader,
 }
 
 impl std::fmt::Debug for Replayer {
@@ -71,15 +80,39 @@ impl Replayer {
             producer,
             context,
             dlq: dlq.to_owned(),
+            originals: OriginalReader::new(bootstrap, security, client_id)?,
         })
     }
 
-    /// Republishes `letter` to `target` (same key, value and headers, without the `share.dlq.*`
-    /// headers, `share.replay.count` raised by one) and then marks it replayed. Returns once both
-    /// writes are confirmed.
+    /// Republishes `letter` to `target` (same key, value and headers, without the provenance
+    /// headers, `share.replay.count` raised by one; a broker letter without the record: its
+    /// original from the source topic) and then marks it replayed. Returns once both writes are
+    /// confirmed.
     pub(crate) async fn replay(&self, letter: &Letter, target: &str) -> Result<(), ReplayError> {
         let at = format!("{}/{}@{}", self.dlq, letter.partition, letter.offset);
-        let Ok(letter_headers) = &letter.headers else {
+        let provenance = letter.provenance();
+        let original;
+        let (key, value, record_headers) = if provenance.content == Content::HeadersOnly {
+            let Some((topic, partition, offset)) = provenance.source() else {
+                return Err(ReplayError::Republish(anyhow::anyhow!(
+                    "{at}: a broker's letter without the record names no source to read it from"
+                )));
+            };
+            original = self
+                .originals
+                .read(topic, partition, offset)
+                .await
+                .with_context(|| {
+                    format!(
+                        "{at}: the broker's letter holds no record (errors.deadletterqueue.copy.record.enable was off), and its original {topic}/{partition}@{offset} cannot be read"
+                    )
+                })
+                .map_err(ReplayError::Republish)?;
+            (&original.key, &original.value, &original.headers)
+        } else {
+            (&letter.key, &letter.value, &letter.headers)
+        };
+        let Ok(letter_headers) = record_headers else {
             return Err(ReplayError::Republish(anyhow::anyhow!(
                 "{at}: a header name is not UTF-8"
             )));
@@ -97,10 +130,10 @@ impl Replayer {
             value: Some(count.as_bytes()),
         });
         let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(target).headers(out);
-        if let Some(key) = &letter.key {
+        if let Some(key) = key {
             record = record.key(key);
         }
-        if let Some(value) = &letter.value {
+        if let Some(value) = value {
             record = record.payload(value);
         }
         self.write(record)
@@ -164,11 +197,12 @@ impl Replayer {
     }
 }
 
-/// The headers a replay keeps: all but the `share.dlq.*` ones and the old replay count.
+/// The headers a replay keeps: all but the provenance ones (`share.dlq.*`, `__dlq.errors.*`) and
+/// the old replay count.
 fn kept(headers: &[LetterHeader]) -> impl Iterator<Item = &LetterHeader> {
     headers
         .iter()
-        .filter(|h| !headers::is_provenance(&h.key) && h.key != REPLAY_COUNT)
+        .filter(|h| !provenance::is_provenance(&h.key) && h.key != REPLAY_COUNT)
 }
 
 /// The replay count of the republished record: one more than the letter says (0 if it says
@@ -201,6 +235,7 @@ mod tests {
             header(REPLAY_COUNT, b"2"),
             header(headers::TOPIC, b"sms"),
             header(headers::REASON, b"rejected"),
+            header(headers::BROKER_MESSAGE, headers::BROKER_REJECTED.as_bytes()),
             LetterHeader {
                 key: "empty".into(),
                 value: None,

@@ -10,7 +10,7 @@
 //! handed on with its [`LetterStatus`] and dropped; no letter's payload is kept.
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
 use std::panic::AssertUnwindSafe;
 use std::sync::Once;
@@ -30,10 +30,12 @@ use crate::librdkafka;
 /// How long a read may go without any record or end of partition before it gives up.
 const STALL: Duration = Duration::from_secs(30);
 /// How long one metadata or watermark request may take.
-const REQUEST: Duration = Duration::from_secs(15);
+pub(crate) const REQUEST: Duration = Duration::from_secs(15);
 /// The consumer's group id. Required by librdkafka for `assign`, but never joined and never
 /// committed to, so no group is ever created on the broker.
 const READER_GROUP: &str = "share-worker-dlq-reader";
+/// The most a reader prefetches per partition, in KiB.
+const QUEUED_KBYTES: &str = "16384";
 
 /// The part of one partition a scan reads: `low..high`, fixed when the scan is opened, so records
 /// written during the run (our own markers among them) are left for the next one.
@@ -64,7 +66,9 @@ pub(crate) struct LetterHeader {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct UnreadableHeaders;
 
-/// One dead letter (any record of the topic that is not a marker), owned.
+/// One dead letter (any record of the topic that is not a marker), owned. What its headers say
+/// (source, reason, error, what it holds), for the worker's letters and a broker's alike, is read
+/// by [`Letter::provenance`](super::provenance).
 #[derive(Clone, Debug)]
 pub(crate) struct Letter {
     pub(crate) partition: i32,
@@ -73,6 +77,8 @@ pub(crate) struct Letter {
     pub(crate) value: Option<Vec<u8>>,
     pub(crate) headers: Result<Vec<LetterHeader>, UnreadableHeaders>,
     pub(crate) status: LetterStatus,
+    /// The record's timestamp (ms since the epoch): when it was written to the dead-letter topic.
+    pub(crate) timestamp_ms: Option<i64>,
 }
 
 impl Letter {
@@ -84,12 +90,6 @@ impl Letter {
             .iter()
             .rfind(|h| h.key == key)
             .map(|h| h.value.as_deref().unwrap_or_default())
-    }
-
-    /// The value of header `key`, for people: lossy UTF-8, control characters escaped, at most
-    /// [`SHOWN_MAX`] characters (header values are untrusted and may be large).
-    pub(crate) fn header_text(&self, key: &str) -> Option<String> {
-        self.header(key).map(shown)
     }
 }
 
@@ -122,6 +122,18 @@ impl Markers {
         if letters.get(&offset) != Some(&MarkerKind::Replayed) {
             letters.insert(offset, kind);
         }
+    }
+
+    /// How many letters are marked replayed, and how many skipped.
+    pub(crate) fn done(&self) -> (u64, u64) {
+        let mut done = (0, 0);
+        for kind in self.0.values().flat_map(HashMap::values) {
+            match kind {
+                MarkerKind::Replayed => done.0 += 1,
+                _ => done.1 += 1,
+            }
+        }
+        done
     }
 
     /// The status of the letter at `partition`/`offset`.
@@ -165,19 +177,7 @@ impl DlqScan {
         client_id: &str,
         topic: &str,
     ) -> anyhow::Result<Self> {
-        let (consumer, context) = librdkafka::consumer(
-            security,
-            bootstrap,
-            &[
-                ("client.id", client_id),
-                ("group.id", READER_GROUP),
-                ("enable.auto.commit", "false"),
-                ("enable.auto.offset.store", "false"),
-                ("enable.partition.eof", "true"),
-                ("auto.offset.reset", "earliest"),
-            ],
-            "the dead-letter reader",
-        )?;
+        let (consumer, context) = reader(bootstrap, security, client_id, true)?;
         let mut ranges = Vec::new();
         for partition in partitions(&consumer, &context, topic)? {
             let (low, high) = consumer
@@ -204,6 +204,52 @@ impl DlqScan {
             Err(err) if err.downcast_ref::<NoSuchTopic>().is_some() => Ok(false),
             Err(err) => Err(err),
         }
+    }
+
+    /// The partitions' ranges as of the open (narrowed by [`narrow`](Self::narrow)).
+    pub(crate) fn ranges(&self) -> &[PartitionRange] {
+        &self.ranges
+    }
+
+    /// Reads only the partitions named in `from`, each from its offset there on (never below its
+    /// low watermark). A letter's markers follow it, so both passes stay correct for the letters
+    /// read.
+    pub(crate) fn narrow(&mut self, from: &BTreeMap<i32, i64>) {
+        self.ranges
+            .retain_mut(|range| match from.get(&range.partition) {
+                Some(offset) => {
+                    range.low = range.low.max(*offset).min(range.high);
+                    true
+                }
+                None => false,
+            });
+    }
+
+    /// Per partition, the first offset whose record was written at or after `ms` (the high
+    /// watermark where none was). Blocking.
+    pub(crate) fn offsets_at(&self, ms: i64) -> anyhow::Result<BTreeMap<i32, i64>> {
+        let mut asked = TopicPartitionList::new();
+        for range in &self.ranges {
+            asked
+                .add_partition_offset(&self.topic, range.partition, Offset::Offset(ms))
+                .with_context(|| format!("asking for {}/{}", self.topic, range.partition))?;
+        }
+        let found = self
+            .consumer
+            .offsets_for_times(asked, REQUEST)
+            .with_context(|| format!("looking up the offsets of {} by time", self.topic))?;
+        let mut out = BTreeMap::new();
+        for range in &self.ranges {
+            let offset = match found
+                .find_partition(&self.topic, range.partition)
+                .map(|p| p.offset())
+            {
+                Some(Offset::Offset(offset)) => offset,
+                _ => range.high,
+            };
+            out.insert(range.partition, offset);
+        }
+        Ok(out)
     }
 
     /// The number of records (letters and markers) in the ranges.
@@ -270,6 +316,7 @@ impl DlqScan {
                 value: message.payload().map(<[u8]>::to_vec),
                 headers: owned_headers(message),
                 status: markers.status(partition, offset),
+                timestamp_ms: message.timestamp().to_millis(),
             })
         })
     }
@@ -402,13 +449,39 @@ impl DlqScan {
     }
 }
 
+/// A plain consumer for reading a dead-letter topic by offset: never joins its group, never
+/// commits, prefetches a bounded amount, and reports the end of each partition if `eof` (a
+/// reader that follows the topic has no use for it).
+pub(crate) fn reader(
+    bootstrap: &str,
+    security: &Security,
+    client_id: &str,
+    eof: bool,
+) -> anyhow::Result<(BaseConsumer<KafkaContext>, KafkaContext)> {
+    librdkafka::consumer(
+        security,
+        bootstrap,
+        &[
+            ("client.id", client_id),
+            ("group.id", READER_GROUP),
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            ("enable.partition.eof", if eof { "true" } else { "false" }),
+            ("auto.offset.reset", "earliest"),
+            // Letters may be large: bound what librdkafka prefetches.
+            ("queued.max.messages.kbytes", QUEUED_KBYTES),
+        ],
+        "the dead-letter reader",
+    )
+}
+
 /// The topic does not exist.
 #[derive(Debug, thiserror::Error)]
 #[error("topic {0} does not exist")]
-struct NoSuchTopic(String);
+pub(crate) struct NoSuchTopic(String);
 
 /// The partitions of `topic`, from the cluster's metadata.
-fn partitions(
+pub(crate) fn partitions(
     consumer: &BaseConsumer<KafkaContext>,
     context: &KafkaContext,
     topic: &str,
@@ -429,7 +502,7 @@ fn partitions(
 
 /// What a record says as a marker.
 #[derive(Debug, PartialEq, Eq)]
-enum Marker {
+pub(crate) enum Marker {
     /// Not a marker: a letter.
     None,
     /// A well-formed marker about the letter at `offset`.
@@ -441,7 +514,7 @@ enum Marker {
 }
 
 /// Reads `message` as a marker. A record with unreadable headers is not one.
-fn marker(message: &BorrowedMessage<'_>) -> Marker {
+pub(crate) fn marker(message: &BorrowedMessage<'_>) -> Marker {
     let (mut kind, mut offset) = (None, None);
     let read = each_header(message, |key, value| {
         if key == headers::MARKER {
@@ -475,7 +548,9 @@ fn parse_marker(kind: &[u8], offset: Option<&[u8]>) -> Marker {
 }
 
 /// Every header of `message`, owned.
-fn owned_headers(message: &BorrowedMessage<'_>) -> Result<Vec<LetterHeader>, UnreadableHeaders> {
+pub(crate) fn owned_headers(
+    message: &BorrowedMessage<'_>,
+) -> Result<Vec<LetterHeader>, UnreadableHeaders> {
     let mut out = Vec::new();
     each_header(message, |key, value| {
         out.push(LetterHeader {
@@ -491,7 +566,7 @@ fn owned_headers(message: &BorrowedMessage<'_>) -> Result<Vec<LetterHeader>, Unr
 /// rdkafka panics on a header name that is not UTF-8 (`BorrowedHeaders::try_get` unwraps it),
 /// and anyone who can write to the topic can write one: that panic is caught here, silenced, and
 /// reported as [`UnreadableHeaders`].
-fn each_header(
+pub(crate) fn each_header(
     message: &BorrowedMessage<'_>,
     mut f: impl FnMut(&str, Option<&[u8]>),
 ) -> Result<(), UnreadableHeaders> {

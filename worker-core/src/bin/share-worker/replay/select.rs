@@ -1,20 +1,30 @@
 //! Which letters a replay takes, and where each one goes: pure rules, no I/O.
 //!
-//! The target is never the letter's own say: `share.dlq.topic` is written by whoever wrote to the
-//! dead-letter topic, so it is only followed when it names one of the configured routes' topics,
-//! unless the operator names the target with `--to`.
+//! The target is never the letter's own say: its source topic (`share.dlq.topic`, or a broker's
+//! `__dlq.errors.topic`) is written by whoever wrote to the dead-letter topic, so it is only
+//! followed when it names one of the configured routes' topics, unless the operator names the
+//! target with `--to`.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use worker_core::dlq::headers::{self, MarkerKind};
 
-use super::scan::{Letter, LetterStatus, shown};
+use super::provenance::{Content, Writer};
+use super::scan::{Letter, LetterStatus};
 
 /// What a replay is asked to take.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Selection<'a> {
-    /// Only letters with this `share.dlq.reason`.
+    /// Only letters with this reason (`share.dlq.reason`; a broker's letter: `broker_rejected` or
+    /// `broker_delivery_limit`).
     pub(crate) reason: Option<&'a str>,
+    /// Only these letters: partition → offsets (every letter when `None`).
+    pub(crate) letters: Option<&'a BTreeMap<i32, BTreeSet<i64>>>,
+    /// Only letters written to the dead-letter topic in this window (ms since the epoch,
+    /// `since` included, `until` excluded).
+    pub(crate) since_ms: Option<i64>,
+    pub(crate) until_ms: Option<i64>,
     /// Every selected letter goes here, whatever it names.
     pub(crate) to: Option<&'a str>,
     /// The topics a letter may name as its target (the configured routes' topics).
@@ -28,6 +38,8 @@ pub(crate) enum Decision {
     Done(MarkerKind),
     /// Its reason is not the one asked for.
     OtherReason,
+    /// It is not one of the letters asked for, or outside the time window.
+    Unselected,
     /// It is selected but cannot be replayed.
     Refused(Refusal),
     /// Republish it to `target`.
@@ -45,46 +57,77 @@ pub(crate) enum Refusal {
     Undecodable { what: String },
     /// It names no target and no `--to` was given.
     NoTarget,
-    /// It names a topic that is not a route's.
-    NotARoute { named: String },
+    /// It names (in `header`) a topic that is not a route's.
+    NotARoute { header: &'static str, named: String },
+    /// A broker's letter without the record, whose source it does not name readably.
+    NoSource,
 }
 
 impl Selection<'_> {
+    /// Whether `letter` is one of those asked for and in the window (its reason aside).
+    fn takes(&self, letter: &Letter) -> bool {
+        let listed = self.letters.is_none_or(|letters| {
+            letters
+                .get(&letter.partition)
+                .is_some_and(|offsets| offsets.contains(&letter.offset))
+        });
+        let at = letter.timestamp_ms.unwrap_or(i64::MIN);
+        listed
+            && self.since_ms.is_none_or(|since| at >= since)
+            && self.until_ms.is_none_or(|until| at < until)
+    }
+
     /// The decision for `letter`.
     pub(crate) fn decide(&self, letter: &Letter) -> Decision {
         if let LetterStatus::Done(kind) = letter.status {
             return Decision::Done(kind);
         }
+        if !self.takes(letter) {
+            return Decision::Unselected;
+        }
         if letter.headers.is_err() {
             return Decision::Refused(Refusal::UnreadableHeaders);
         }
+        let provenance = letter.provenance();
         if let Some(reason) = self.reason
-            && letter.header(headers::REASON) != Some(reason.as_bytes())
+            && !provenance.reason.as_ref().is_some_and(|r| r.is(reason))
         {
             return Decision::OtherReason;
         }
-        if letter.header(headers::TRUNCATED) == Some(headers::TRUNCATED_TRUE.as_bytes()) {
+        if let Some(original_size) = provenance.truncated {
             return Decision::Refused(Refusal::Truncated {
-                original_size: letter.header_text(headers::ORIGINAL_SIZE),
+                original_size: original_size.map(|s| s.shown()),
             });
         }
-        if let Some(what) = letter.header_text(headers::UNDECODABLE) {
-            return Decision::Refused(Refusal::Undecodable { what });
+        if let Some(what) = provenance.undecodable {
+            return Decision::Refused(Refusal::Undecodable { what: what.shown() });
+        }
+        if provenance.content == Content::HeadersOnly && provenance.source().is_none() {
+            return Decision::Refused(Refusal::NoSource);
         }
         if let Some(to) = self.to {
             return Decision::Replay {
                 target: to.to_owned(),
             };
         }
-        let Some(named) = letter.header(headers::TOPIC) else {
-            return Decision::Refused(Refusal::NoTarget);
+        let Some(named) = provenance.topic else {
+            return Decision::Refused(if provenance.writer == Writer::Broker {
+                Refusal::NoSource
+            } else {
+                Refusal::NoTarget
+            });
         };
-        match self.routes.iter().find(|r| r.as_bytes() == named) {
+        match self.routes.iter().find(|r| named.is(r)) {
             Some(route) => Decision::Replay {
                 target: route.clone(),
             },
             None => Decision::Refused(Refusal::NotARoute {
-                named: shown(named),
+                header: if provenance.writer == Writer::Broker {
+                    headers::BROKER_TOPIC
+                } else {
+                    headers::TOPIC
+                },
+                named: named.shown(),
             }),
         }
     }
@@ -113,10 +156,16 @@ impl fmt::Display for Refusal {
                 "it has no {} header; pass --to TOPIC to choose the target",
                 headers::TOPIC
             ),
-            Refusal::NotARoute { named } => write!(
+            Refusal::NotARoute { header, named } => write!(
                 f,
-                "{} names \"{named}\", which is not a route topic of the configuration; pass --to TOPIC to choose the target",
-                headers::TOPIC
+                "{header} names \"{named}\", which is not a route topic of the configuration; pass --to TOPIC to choose the target"
+            ),
+            Refusal::NoSource => write!(
+                f,
+                "a broker's letter without the record (errors.deadletterqueue.copy.record.enable off), and its {}, {} and {} do not name where the record is",
+                headers::BROKER_TOPIC,
+                headers::BROKER_PARTITION,
+                headers::BROKER_OFFSET
             ),
         }
     }
@@ -141,6 +190,7 @@ mod tests {
                 })
                 .collect()),
             status: LetterStatus::Pending,
+            timestamp_ms: Some(1_700_000_000_000),
         }
     }
 
@@ -154,9 +204,8 @@ mod tests {
     fn decisions() {
         let routes = ["sms".to_owned(), "mail".to_owned()];
         let any = Selection {
-            reason: None,
-            to: None,
             routes: &routes,
+            ..Selection::default()
         };
         let rejected = Selection {
             reason: Some("rejected"),
@@ -196,6 +245,7 @@ mod tests {
                 &any,
                 &binary,
                 Decision::Refused(Refusal::NotARoute {
+                    header: headers::TOPIC,
                     named: "\u{fffd}\\0".into(),
                 }),
             ),
@@ -203,6 +253,7 @@ mod tests {
                 &any,
                 &elsewhere,
                 Decision::Refused(Refusal::NotARoute {
+                    header: headers::TOPIC,
                     named: "payments".into(),
                 }),
             ),
@@ -235,9 +286,111 @@ mod tests {
         }
     }
 
+    /// A broker's letter: `topic`/0@5, with `message`; `copied` says whether it holds the value.
+    fn broker(topic: &[u8], message: &str, copied: bool) -> Letter {
+        let mut l = letter(&[
+            (headers::BROKER_TOPIC, topic),
+            (headers::BROKER_PARTITION, b"0"),
+            (headers::BROKER_OFFSET, b"5"),
+            (headers::BROKER_GROUP, b"g"),
+            (headers::BROKER_DELIVERY_COUNT, b"1"),
+            (headers::BROKER_MESSAGE, message.as_bytes()),
+        ]);
+        if !copied {
+            l.value = None;
+        }
+        l
+    }
+
+    #[test]
+    fn broker_letters_are_routed_by_their_source_and_filtered_by_the_brokers_reason() {
+        let routes = ["sms".to_owned()];
+        let any = Selection {
+            reason: None,
+            letters: None,
+            since_ms: None,
+            until_ms: None,
+            to: None,
+            routes: &routes,
+        };
+        let rejects = Selection {
+            reason: Some("broker_rejected"),
+            ..any
+        };
+        let limits = Selection {
+            reason: Some("broker_delivery_limit"),
+            ..any
+        };
+        let ours = Selection {
+            reason: Some("rejected"),
+            ..any
+        };
+        let to_sms = Selection {
+            to: Some("sms"),
+            ..any
+        };
+        let rejected = broker(b"sms", headers::BROKER_REJECTED, true);
+        let headers_only = broker(b"sms", headers::BROKER_REJECTED, false);
+        let over_limit = broker(b"sms", headers::BROKER_DELIVERY_LIMIT, false);
+        let elsewhere = broker(b"payments", headers::BROKER_REJECTED, true);
+        let mut sourceless = broker(b"sms", headers::BROKER_REJECTED, false);
+        if let Ok(h) = &mut sourceless.headers {
+            h.retain(|h| h.key != headers::BROKER_OFFSET);
+        }
+        let table: &[(&Selection<'_>, &Letter, Decision)] = &[
+            (&any, &rejected, replay("sms")),
+            (&any, &headers_only, replay("sms")),
+            (&rejects, &rejected, replay("sms")),
+            (&rejects, &over_limit, Decision::OtherReason),
+            (&limits, &over_limit, replay("sms")),
+            (&ours, &rejected, Decision::OtherReason),
+            (
+                &any,
+                &elsewhere,
+                Decision::Refused(Refusal::NotARoute {
+                    header: headers::BROKER_TOPIC,
+                    named: "payments".into(),
+                }),
+            ),
+            (&any, &sourceless, Decision::Refused(Refusal::NoSource)),
+            (&to_sms, &sourceless, Decision::Refused(Refusal::NoSource)),
+        ];
+        for (i, (selection, letter, expected)) in table.iter().enumerate() {
+            assert_eq!(&selection.decide(letter), expected, "row {i}");
+        }
+    }
+
+    #[test]
+    fn a_selection_takes_only_the_listed_letters_in_the_window() {
+        let routes = ["sms".to_owned()];
+        let sms = letter(&[(headers::TOPIC, b"sms")]);
+        let listed: BTreeMap<i32, BTreeSet<i64>> = [(0, BTreeSet::from([7]))].into();
+        let other: BTreeMap<i32, BTreeSet<i64>> =
+            [(0, BTreeSet::from([8])), (1, [7].into())].into();
+        let at = sms.timestamp_ms.unwrap();
+        let cases = [
+            (Some(&listed), None, None, replay("sms")),
+            (Some(&other), None, None, Decision::Unselected),
+            (None, Some(at), Some(at + 1), replay("sms")),
+            (None, Some(at + 1), None, Decision::Unselected),
+            (None, None, Some(at), Decision::Unselected),
+        ];
+        for (i, (letters, since_ms, until_ms, expected)) in cases.into_iter().enumerate() {
+            let selection = Selection {
+                letters,
+                since_ms,
+                until_ms,
+                routes: &routes,
+                ..Selection::default()
+            };
+            assert_eq!(selection.decide(&sms), expected, "case {i}");
+        }
+    }
+
     #[test]
     fn refusals_say_why() {
         let text = Refusal::NotARoute {
+            header: headers::TOPIC,
             named: "payments".into(),
         }
         .to_string();

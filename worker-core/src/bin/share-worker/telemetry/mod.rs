@@ -1,6 +1,6 @@
 //! The `[telemetry] listen` HTTP listener: `/healthz` (the worker's loop makes progress),
-//! `/readyz` (it takes work: running, partitions assigned, dead-letter topics present) and
-//! `/metrics` (Prometheus text).
+//! `/readyz` (it takes work: running, partitions assigned, dead-letter topics present),
+//! `/metrics` (Prometheus text) and, with `telemetry.ui`, the dashboard under `/ui`.
 //!
 //! Every answer comes from memory: the only network call is the dead-letter topic check, which
 //! runs in the background ([`dlq_topics`]) so that no client can make the worker open Kafka
@@ -21,8 +21,9 @@ use worker_core::kafka::KafkaSource;
 use worker_core::runtime::WorkerHealth;
 use worker_core::security::Security;
 
+pub(crate) use routes::REQUEST_TIMEOUT;
 use routes::{Probes, WorkerState};
-use server::Limits;
+pub(crate) use server::{Limits, Peer, serve};
 
 /// `/healthz` fails once the dispatcher has not run for this long. It runs at least once a
 /// second while the worker runs, so this is ten missed wakes, not a busy moment.
@@ -35,6 +36,8 @@ pub(crate) const DLQ_CHECK_INTERVAL: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 pub(crate) struct TelemetryServer {
     worker: Arc<OnceLock<Box<dyn WorkerState>>>,
+    /// The dashboard's view of the worker, with `telemetry.ui`.
+    dashboard: Option<Arc<OnceLock<WorkerHealth>>>,
     stop: CancellationToken,
     server: JoinHandle<()>,
     dlq_check: Option<JoinHandle<()>>,
@@ -42,13 +45,15 @@ pub(crate) struct TelemetryServer {
 
 impl TelemetryServer {
     /// Serves `listener` and starts checking that `dlq_topics` exist at `bootstrap` (connecting as
-    /// `security` says).
+    /// `security` says); with `pages` (the dashboard's routes and its view of the worker), serves
+    /// those too.
     pub(crate) fn start(
         listener: TcpListener,
         registry: prometheus::Registry,
         bootstrap: String,
         security: Security,
         dlq_topics: Vec<String>,
+        pages: Option<(axum::Router, Arc<OnceLock<WorkerHealth>>)>,
     ) -> Self {
         let (dlq_topics, dlq_check) =
             dlq_topics::spawn_check(bootstrap, security, dlq_topics, DLQ_CHECK_INTERVAL);
@@ -60,14 +65,19 @@ impl TelemetryServer {
             max_silence: LIVENESS_MAX_SILENCE,
         };
         let stop = CancellationToken::new();
+        let (pages, dashboard) = match pages {
+            Some((pages, health)) => (Some(pages), Some(health)),
+            None => (None, None),
+        };
         let server = tokio::spawn(server::serve(
             listener,
-            routes::router(Arc::new(probes)),
+            routes::with_pages(Arc::new(probes), pages),
             Limits::default(),
             stop.clone(),
         ));
         Self {
             worker,
+            dashboard,
             stop,
             server,
             dlq_check,
@@ -76,6 +86,9 @@ impl TelemetryServer {
 
     /// From now on the probes report on this worker (until then: alive, not ready).
     pub(crate) fn attach(&self, health: WorkerHealth, source: KafkaSource) {
+        if let Some(dashboard) = &self.dashboard {
+            let _ = dashboard.set(health.clone());
+        }
         if self
             .worker
             .set(Box::new(Running { health, source }))

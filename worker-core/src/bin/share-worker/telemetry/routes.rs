@@ -76,18 +76,29 @@ impl Probes {
 
 /// `/healthz`, `/readyz` and `/metrics` (GET or HEAD only); anything else is 404, a request with
 /// a body 413.
+#[cfg(test)]
 pub(crate) fn router(probes: Arc<Probes>) -> Router {
-    Router::new()
+    with_pages(probes, None)
+}
+
+/// [`router`] and, with `pages`, those routes too (the dashboard, which sets its own limits:
+/// it takes form bodies).
+pub(crate) fn with_pages(probes: Arc<Probes>, pages: Option<Router>) -> Router {
+    let probes = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .fallback(not_found)
         .with_state(probes)
         .layer(middleware::from_fn(refuse_bodies))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
             REQUEST_TIMEOUT,
-        ))
+        ));
+    match pages {
+        Some(pages) => probes.merge(pages),
+        None => probes,
+    }
+    .fallback(not_found)
 }
 
 /// 200 `ok` while the loop runs (followed by a line on its stalls if it ever stalled), else 503

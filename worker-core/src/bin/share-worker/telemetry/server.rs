@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
+use std::net::SocketAddr;
+
+use axum::{Extension, Router};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -14,6 +16,10 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::routes::REQUEST_TIMEOUT;
+
+/// The address a request came from (an extension of every request), for audit lines.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Peer(pub(crate) SocketAddr);
 
 /// What one client may hold of the listener.
 #[derive(Clone, Copy, Debug)]
@@ -70,8 +76,8 @@ pub(crate) async fn serve(
             () = stop.cancelled() => break,
             accepted = listener.accept() => accepted,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(err) => {
                 // Out of file descriptors, most likely: let some close before trying again.
                 tracing::warn!(error = %err, "telemetry listener: accept failed");
@@ -88,7 +94,7 @@ pub(crate) async fn serve(
             );
             continue;
         };
-        let service = TowerToHyperService::new(app.clone());
+        let service = TowerToHyperService::new(app.clone().layer(Extension(Peer(peer))));
         let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             let _slot = slot;

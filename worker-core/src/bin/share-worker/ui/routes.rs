@@ -1,0 +1,340 @@
+//! The dashboard's request handlers: each reads the dashboard's memory, or the cluster through
+//! the bounded reads of [`Dashboard::read`], and answers a page.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::Markup;
+
+use super::guard::{COOKIE, Refusal};
+use super::letters::{self, Cursor};
+use super::pages::{self, FilterText, Tab};
+use super::params::{Params, filter_of, target_of};
+use super::{Dashboard, jobs, lock};
+use crate::replay::Request as ReplayRequest;
+use crate::replay::scan::LetterStatus;
+use crate::telemetry::Peer;
+
+pub(crate) type Shared = State<Arc<Dashboard>>;
+
+/// Host and token checks before every page (the login page and the static files aside).
+pub(crate) async fn admit(State(dashboard): Shared, request: Request, next: Next) -> Response {
+    match dashboard.guard.admit(request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => dashboard.refused(refusal),
+    }
+}
+
+/// What the browser may do with the dashboard's answers: nothing from elsewhere, no framing,
+/// no caching, no sniffing.
+pub(crate) async fn secure_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        // Not `no-referrer`: with it browsers send `Origin: null` on form posts, which the
+        // same-origin check refuses.
+        (header::REFERRER_POLICY, "same-origin"),
+        (header::CACHE_CONTROL, "no-store"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+pub(crate) async fn script() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("assets/app.js"),
+    )
+        .into_response()
+}
+
+pub(crate) async fn style() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("assets/app.css"),
+    )
+        .into_response()
+}
+
+pub(crate) async fn overview(State(dashboard): Shared) -> Markup {
+    let chrome = dashboard.chrome();
+    let samples = lock(&dashboard.samples);
+    pages::overview(&chrome, &samples)
+}
+
+pub(crate) async fn overview_live(State(dashboard): Shared) -> Markup {
+    pages::overview_live(&lock(&dashboard.samples))
+}
+
+pub(crate) async fn dlq_list(State(dashboard): Shared) -> Markup {
+    let topics: Vec<(String, Markup)> = dashboard
+        .dlq
+        .iter()
+        .map(|index| {
+            (
+                index.topic.clone(),
+                index.with(|state| pages::counts(&index.topic, state)),
+            )
+        })
+        .collect();
+    pages::dlq_topics(&dashboard.chrome(), &topics)
+}
+
+pub(crate) async fn dlq_counts(State(dashboard): Shared, Path(topic): Path<String>) -> Response {
+    match dashboard.index(&topic) {
+        Some(index) => index
+            .with(|state| pages::counts(&topic, state))
+            .into_response(),
+        None => unknown_topic(&dashboard, &topic),
+    }
+}
+
+fn unknown_topic(dashboard: &Dashboard, topic: &str) -> Response {
+    dashboard.page(
+        StatusCode::NOT_FOUND,
+        "Not found",
+        &format!("{topic} is not a dead-letter topic of this configuration"),
+    )
+}
+
+fn reasons_of(dashboard: &Dashboard, topic: &str) -> Vec<String> {
+    dashboard.index(topic).map_or_else(Vec::new, |index| {
+        index.with(|state| state.reasons.keys().cloned().collect())
+    })
+}
+
+pub(crate) async fn dlq_page(
+    State(dashboard): Shared,
+    Path(topic): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let Some(index) = dashboard.index(&topic) else {
+        return unknown_topic(&dashboard, &topic);
+    };
+    let params = Params::parse(query.unwrap_or_default().as_bytes());
+    let reasons = reasons_of(&dashboard, &topic);
+    let chrome = dashboard.chrome();
+    let counts = index.with(|state| pages::counts(&topic, state));
+    let (filter, text) = match filter_of(&params) {
+        Ok(parsed) => parsed,
+        Err(why) => {
+            let body = pages::letters(
+                &chrome,
+                &topic,
+                counts,
+                &FilterText::default(),
+                Err(why),
+                &|_| None,
+                &reasons,
+            );
+            return (
+                StatusCode::BAD_REQUEST,
+                pages::layout(&chrome, Tab::Dlq, "Dead letters", body),
+            )
+                .into_response();
+        }
+    };
+    let cursor = match params.get("from") {
+        "" => None,
+        text => match Cursor::parse(text) {
+            Some(cursor) => Some(cursor),
+            None => {
+                return dashboard.page(
+                    StatusCode::BAD_REQUEST,
+                    "Bad request",
+                    "from: expected partition:offset pairs",
+                );
+            }
+        },
+    };
+    let read = {
+        let (topic, filter) = (topic.clone(), filter.clone());
+        dashboard
+            .read(move |bootstrap, security, client_id| {
+                letters::page(
+                    bootstrap,
+                    security,
+                    client_id,
+                    &topic,
+                    &filter,
+                    cursor.as_ref(),
+                )
+            })
+            .await
+    };
+    let status = |row: &letters::Row| -> Option<LetterStatus> {
+        index.with(|state| state.status(row.partition, row.offset))
+    };
+    let body = pages::letters(
+        &chrome,
+        &topic,
+        counts,
+        &text,
+        read.as_ref().map_err(String::clone),
+        &status,
+        &reasons,
+    );
+    pages::layout(&chrome, Tab::Dlq, "Dead letters", body).into_response()
+}
+
+pub(crate) async fn letter(
+    State(dashboard): Shared,
+    Path((topic, partition, offset)): Path<(String, i32, i64)>,
+) -> Response {
+    let Some(index) = dashboard.index(&topic) else {
+        return unknown_topic(&dashboard, &topic);
+    };
+    let read = {
+        let topic = topic.clone();
+        dashboard
+            .read(move |bootstrap, security, client_id| {
+                letters::letter(bootstrap, security, client_id, &topic, partition, offset)
+            })
+            .await
+    };
+    match read {
+        Ok(Some(full)) => {
+            let status = index.with(|state| state.status(partition, offset));
+            pages::letter(&dashboard.chrome(), &topic, &full, status).into_response()
+        }
+        Ok(None) => dashboard.page(
+            StatusCode::NOT_FOUND,
+            "Not found",
+            &format!("{topic} has no letter at {partition}@{offset}"),
+        ),
+        Err(why) => dashboard.page(StatusCode::BAD_GATEWAY, "Cannot read the letter", &why),
+    }
+}
+
+pub(crate) async fn confirm(
+    State(dashboard): Shared,
+    Path(topic): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    if dashboard.index(&topic).is_none() {
+        return unknown_topic(&dashboard, &topic);
+    }
+    if !dashboard.guard.actions_allowed() {
+        return dashboard.refused(Refusal::ActionsOff);
+    }
+    let params = Params::parse(query.unwrap_or_default().as_bytes());
+    match target_of(&params) {
+        Ok(target) => {
+            let action = jobs::verb(target.action);
+            let fields: Vec<(&str, String)> = target.fields.clone();
+            pages::confirm(
+                &dashboard.chrome(),
+                &topic,
+                action,
+                &target.what,
+                &fields,
+                dashboard.guard.csrf(),
+            )
+            .into_response()
+        }
+        Err(why) => dashboard.page(StatusCode::BAD_REQUEST, "Nothing to do", &why),
+    }
+}
+
+pub(crate) async fn act(
+    State(dashboard): Shared,
+    Path(topic): Path<String>,
+    peer: Option<axum::Extension<Peer>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let params = Params::parse(&body);
+    if let Err(refusal) = dashboard.guard.act(&headers, params.get("csrf")) {
+        return dashboard.refused(refusal);
+    }
+    if dashboard.index(&topic).is_none() {
+        return unknown_topic(&dashboard, &topic);
+    }
+    let target = match target_of(&params) {
+        Ok(target) => target,
+        Err(why) => return dashboard.page(StatusCode::BAD_REQUEST, "Nothing to do", &why),
+    };
+    let request = ReplayRequest {
+        dlq: topic.clone(),
+        reason: target.filter.reason.clone(),
+        to: None,
+        limit: None,
+        letters: target.letters,
+        since_ms: target.filter.since_ms,
+        until_ms: target.filter.until_ms,
+        action: target.action,
+    };
+    let who = peer.map_or_else(|| "unknown".to_owned(), |p| p.0.0.to_string());
+    match dashboard
+        .jobs
+        .start(dashboard.config.clone(), request, target.what, who)
+    {
+        Ok(job) => Redirect::to(&format!("/ui/jobs/{}", job.id)).into_response(),
+        Err(busy) => dashboard.page(
+            StatusCode::CONFLICT,
+            "Busy",
+            &format!("action {} is still running: one action at a time", busy.0),
+        ),
+    }
+}
+
+pub(crate) async fn job(State(dashboard): Shared, Path(id): Path<u64>) -> Response {
+    match dashboard.jobs.get(id) {
+        Some(job) => pages::job(&dashboard.chrome(), &job).into_response(),
+        None => dashboard.page(StatusCode::NOT_FOUND, "Not found", "no such action"),
+    }
+}
+
+pub(crate) async fn job_live(State(dashboard): Shared, Path(id): Path<u64>) -> Response {
+    match dashboard.jobs.get(id) {
+        Some(job) => pages::job_status(&job).into_response(),
+        None => (StatusCode::NOT_FOUND, "no such action").into_response(),
+    }
+}
+
+pub(crate) async fn login_page(State(dashboard): Shared) -> Markup {
+    pages::login(&dashboard.chrome(), dashboard.guard.csrf(), None)
+}
+
+pub(crate) async fn login(State(dashboard): Shared, headers: HeaderMap, body: Bytes) -> Response {
+    let params = Params::parse(&body);
+    if let Err(refusal) = dashboard.guard.form(&headers, params.get("csrf")) {
+        return dashboard.refused(refusal);
+    }
+    if !dashboard.guard.needs_token() {
+        return Redirect::to("/ui").into_response();
+    }
+    match dashboard.guard.login(params.get("token")) {
+        Some(session) => {
+            let cookie = format!("{COOKIE}={session}; Path=/ui; HttpOnly; SameSite=Strict");
+            let mut response = Redirect::to("/ui").into_response();
+            if let Ok(value) = HeaderValue::from_str(&cookie) {
+                response.headers_mut().insert(header::SET_COOKIE, value);
+            }
+            response
+        }
+        None => {
+            tracing::warn!("dashboard: a sign-in with a wrong token");
+            (
+                StatusCode::UNAUTHORIZED,
+                pages::login(
+                    &dashboard.chrome(),
+                    dashboard.guard.csrf(),
+                    Some("wrong token"),
+                ),
+            )
+                .into_response()
+        }
+    }
+}

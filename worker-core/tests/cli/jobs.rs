@@ -1,0 +1,125 @@
+//! Delayed and rate-limited jobs through the binary: `setup` creates the delay topic, `produce
+//! --key --delay` enqueues, `run` with a `[delay]` table and a route's `rate-per-key` runs them no
+//! earlier and one per second for their key.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::support::*;
+
+fn now_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn produce_delay_and_key_meet_run_s_delay_topic_and_rate_per_key() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-delayed");
+    let group = unique("cli-delayed-group");
+    let ran = scratch.0.join("ran");
+    let route = format!(
+        "handler = \"exec\"\ncommand = [\"sh\", \"-c\", 'echo \"$SHARE_WORKER_KEY $SHARE_WORKER_DELIVERY_COUNT $(date +%s%3N)\" >> {}']\nrate-per-key = \"1/s\"\nburst-per-key = 1\nkey-concurrency = 1",
+        ran.display()
+    );
+    let text = format!(
+        "{}\n[delay]\nmax-hold = \"1s\"\n",
+        config(&group, &topic, &route)
+    );
+    let cfg = scratch.write("worker.toml", &text);
+    let cfg = cfg.to_str().expect("utf-8 path");
+    let out = share_worker(&["setup", "--config", cfg], &[]).await;
+    assert_ok(&out, "setup");
+    assert!(
+        text_of(&out).contains(&format!("topic {topic}.delay: created")),
+        "{}",
+        text_of(&out)
+    );
+    let out = share_worker(&["check", "--config", cfg], &[]).await;
+    assert_ok(&out, "check");
+
+    let jobs = scratch.write("jobs.txt", "one\ntwo\nthree");
+    let produced_at = now_ms();
+    let bootstrap = bootstrap();
+    let out = share_worker(
+        &[
+            "produce",
+            "--bootstrap",
+            &bootstrap,
+            "--topic",
+            &topic,
+            "--file",
+            jobs.to_str().expect("utf-8 path"),
+            "--key",
+            "+4915112345678",
+            "--delay",
+            "4s",
+        ],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "produce");
+    assert!(
+        text_of(&out).contains("do not run before"),
+        "{}",
+        text_of(&out)
+    );
+
+    let stats_path = scratch.0.join("stats.json");
+    let out = share_worker(
+        &[
+            "run",
+            "--config",
+            cfg,
+            "--exit-when-idle",
+            "6s",
+            "--stats-json",
+            stats_path.to_str().expect("utf-8 path"),
+        ],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "run");
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats_path).expect("stats")).expect("JSON");
+    let lines: Vec<(String, u16, u128)> = std::fs::read_to_string(&ran)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            Some((
+                fields.next()?.to_owned(),
+                fields.next()?.parse().ok()?,
+                fields.next()?.parse().ok()?,
+            ))
+        })
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?} {stats}");
+    for (key, count, at) in &lines {
+        assert_eq!((key.as_str(), *count), ("+4915112345678", 1), "{lines:?}");
+        assert!(
+            *at >= produced_at + 4_000,
+            "ran {} ms early",
+            produced_at + 4_000 - at
+        );
+    }
+    let mut times: Vec<u128> = lines.iter().map(|l| l.2).collect();
+    times.sort_unstable();
+    for pair in times.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= 900,
+            "one per second for the key: {times:?}"
+        );
+    }
+    assert!(
+        count(&stats, "moved") >= 3,
+        "waited in the delay topic: {stats}"
+    );
+    assert_eq!(count(&stats, "accepted"), 3, "{stats}");
+    assert_eq!(count(&stats, "dlq"), 0, "{stats}");
+}
+
+fn text_of(out: &std::process::Output) -> String {
+    format!("{}{}", text(&out.stdout), text(&out.stderr))
+}

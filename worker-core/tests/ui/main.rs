@@ -1,0 +1,13 @@
+//! The dashboard in a real headless Chromium (Debian's `chromium`, driven over the DevTools
+//! protocol by chromiumoxide) against the real broker (`KAFKA_BOOTSTRAP`) and the built
+//! binary. Screenshots of each page go to `target/ui-screenshots/`.
+
+#[path = "../cli/support.rs"]
+#[allow(dead_code)]
+mod support;
+
+mod browser;
+
+mod access;
+mod dead_letters;
+mod overview;
