@@ -124,18 +124,30 @@ async fn records_of_a_busy_broker_never_wait_behind_an_idle_brokers_long_poll() 
     Ok(())
 }
 
+/// Partitions of the topics [`survives`] makes.
+const PARTITIONS: i32 = 6;
+
+/// Where a fault of [`survives`] runs: the worker's topic, group and ledger, and the sequence
+/// number the next record produced must carry. A fault returns how many records it produced.
+struct Run<'a> {
+    topic: &'a str,
+    group: &'a str,
+    ledger: &'a std::path::Path,
+    next_seq: usize,
+}
+
 /// The ledger worker consuming `records` records of a six-partition replicated topic while
-/// `fault` runs once a third of them are handled; everything is then handled exactly once or
-/// more, with duplicates within twice the concurrency.
+/// `fault` runs once a third of them are handled; everything (the records the fault produced
+/// too) is then handled exactly once or more, with duplicates within twice the concurrency.
 async fn survives(
     name: &str,
     records: usize,
-    fault: impl AsyncFnOnce(&str, &str, &std::path::Path) -> anyhow::Result<()>,
+    fault: impl AsyncFnOnce(&Run<'_>) -> anyhow::Result<usize>,
 ) -> anyhow::Result<()> {
     const CONCURRENCY: usize = 32;
     let bootstrap = cluster::bootstrap();
     let admin = Admin::connect(&bootstrap).await?;
-    let topic = replicated_topic(6).await?;
+    let topic = replicated_topic(PARTITIONS as usize).await?;
     let group = group(&admin).await?;
     produce(
         &cluster::producer()?,
@@ -154,27 +166,37 @@ async fn survives(
             async || Ok(ledger(&path).len() >= records / 3),
         )
         .await?;
-        fault(&topic, &group, &path).await?;
+        let run = Run {
+            topic: &topic,
+            group: &group,
+            ledger: &path,
+            next_seq: records,
+        };
+        let total = records + fault(&run).await?;
         wait_for("every record", Duration::from_secs(180), async || {
-            Ok(ledger(&path).iter().collect::<BTreeSet<_>>().len() >= records)
+            Ok(ledger(&path).iter().collect::<BTreeSet<_>>().len() >= total)
         })
         .await?;
         wait_for("the lag to reach 0", Duration::from_secs(60), async || {
             Ok(admin.share_group_lag(&group, &topic).await? == 0)
         })
-        .await
+        .await?;
+        Ok::<_, anyhow::Error>(total)
     }
     .await;
     let log = path.with_extension("log");
-    if let Err(err) = started {
-        kill(worker).await?;
-        return Err(err.context(format!(
-            "{name}; the worker's log:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        )));
-    }
+    let total = match started {
+        Ok(total) => total,
+        Err(err) => {
+            kill(worker).await?;
+            return Err(err.context(format!(
+                "{name}; the worker's log:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )));
+        }
+    };
     terminate(worker, &log).await?;
-    let duplicates = check_no_loss(records, &ledger(&path), &Default::default())?;
+    let duplicates = check_no_loss(total, &ledger(&path), &Default::default())?;
     ensure!(
         duplicates <= 2 * CONCURRENCY,
         "{duplicates} duplicates, more than twice the {CONCURRENCY} records in flight"
@@ -245,16 +267,35 @@ async fn led_by(topic: &str, node: i32) -> anyhow::Result<Vec<i32>> {
         .collect())
 }
 
-/// Waits until none of the `moved` partitions is led by `old` any more, then until the worker
-/// handles a record of each of them, which must take at most 10 s.
-async fn resumes_moved_partitions(
-    topic: &str,
-    path: &std::path::Path,
-    old: i32,
-    moved: &[i32],
-) -> anyhow::Result<()> {
+/// Records produced to each partition a fault names once the fault has happened: handling them
+/// shows the worker consuming there again, whatever was left of the backlog (on a slow machine
+/// the worker can finish it before a reassignment tool reports done).
+const TAIL: usize = 50;
+
+/// Produces [`TAIL`] ledger records to each of `partitions` of `topic`, sequence numbers from
+/// `first_seq` on; returns how many.
+async fn produce_tail(topic: &str, partitions: &[i32], first_seq: usize) -> anyhow::Result<usize> {
+    let producer = cluster::producer()?;
+    let mut seq = first_seq;
+    for &partition in partitions {
+        produce(
+            &producer,
+            topic,
+            Some(partition),
+            (seq..seq + TAIL).map(ledger_record),
+        )
+        .await?;
+        seq += TAIL;
+    }
+    Ok(seq - first_seq)
+}
+
+/// Waits until none of the `moved` partitions is led by `old` any more, then produces a tail of
+/// records to them and waits until the worker handles one of each, which must take at most 10 s
+/// from the new leaders being known. Returns how many records it produced.
+async fn resumes_moved_partitions(run: &Run<'_>, old: i32, moved: &[i32]) -> anyhow::Result<usize> {
     wait_for("new leaders", Duration::from_secs(30), async || {
-        let leaders = cluster::leaders(topic).await?;
+        let leaders = cluster::leaders(run.topic).await?;
         Ok(leaders
             .iter()
             .filter(|(p, _)| moved.contains(p))
@@ -263,11 +304,12 @@ async fn resumes_moved_partitions(
     .await?;
     let known = now_ms();
     let since = Instant::now();
+    let produced = produce_tail(run.topic, moved, run.next_seq).await?;
     wait_for(
         "records of the moved partitions handled",
         Duration::from_secs(30),
         async || {
-            let ledger = entries(path);
+            let ledger = entries(run.ledger);
             Ok(moved.iter().all(|p| handled_after(&ledger, *p, known)))
         },
     )
@@ -278,55 +320,55 @@ async fn resumes_moved_partitions(
         "the moved partitions {moved:?} resumed {took:?} after their new leaders were known"
     );
     eprintln!("partitions {moved:?} resumed {took:?} after their new leaders were known");
-    Ok(())
+    Ok(produced)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_leader_killed_mid_run_loses_nothing() -> anyhow::Result<()> {
     let _cluster = cluster::exclusive().await?;
-    survives(
-        "leader killed",
-        6_000,
-        async |topic: &str, _group: &str, path: &std::path::Path| {
-            let leader = cluster::leader(topic, 0).await?;
-            let moved = led_by(topic, leader).await?;
-            cluster::kill_broker(leader).await?;
-            resumes_moved_partitions(topic, path, leader, &moved).await?;
-            cluster::resume_broker(leader).await
-        },
-    )
+    survives("leader killed", 6_000, async |run: &Run<'_>| {
+        let leader = cluster::leader(run.topic, 0).await?;
+        let moved = led_by(run.topic, leader).await?;
+        cluster::kill_broker(leader).await?;
+        let produced = resumes_moved_partitions(run, leader, &moved).await?;
+        cluster::resume_broker(leader).await?;
+        Ok(produced)
+    })
     .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_group_coordinator_killed_mid_run_loses_nothing() -> anyhow::Result<()> {
     let _cluster = cluster::exclusive().await?;
-    survives(
-        "coordinator killed",
-        6_000,
-        async |topic: &str, group: &str, path: &std::path::Path| {
-            let admin = Admin::connect(cluster::bootstrap()).await?;
-            let (coordinator, _) = admin.group_coordinator(group).await?;
-            let moved = led_by(topic, coordinator).await?;
-            cluster::kill_broker(coordinator).await?;
-            let handled = ledger(path).len();
-            resumes_moved_partitions(topic, path, coordinator, &moved).await?;
-            // Membership moved with the coordinator: the worker keeps going on every partition.
-            wait_for(
-                "progress with the coordinator gone",
-                Duration::from_secs(30),
-                async || Ok(ledger(path).len() >= handled + 300),
-            )
-            .await?;
-            wait_for(
-                "the coordinator to move",
-                Duration::from_secs(30),
-                async || Ok(admin.group_coordinator(group).await?.0 != coordinator),
-            )
-            .await?;
-            cluster::resume_broker(coordinator).await
-        },
-    )
+    survives("coordinator killed", 6_000, async |run: &Run<'_>| {
+        let admin = Admin::connect(cluster::bootstrap()).await?;
+        let (coordinator, _) = admin.group_coordinator(run.group).await?;
+        let moved = led_by(run.topic, coordinator).await?;
+        cluster::kill_broker(coordinator).await?;
+        let mut produced = resumes_moved_partitions(run, coordinator, &moved).await?;
+        wait_for(
+            "the coordinator to move",
+            Duration::from_secs(30),
+            async || Ok(admin.group_coordinator(run.group).await?.0 != coordinator),
+        )
+        .await?;
+        // Membership moved with the coordinator: the worker goes on consuming every partition.
+        let first = run.next_seq + produced;
+        let every: Vec<i32> = (0..PARTITIONS).collect();
+        produced += produce_tail(run.topic, &every, first).await?;
+        let last = run.next_seq + produced;
+        wait_for(
+            "records of every partition with the coordinator moved",
+            Duration::from_secs(30),
+            async || {
+                let seen: BTreeSet<usize> = ledger(run.ledger).into_iter().collect();
+                Ok((first..last).all(|seq| seen.contains(&seq)))
+            },
+        )
+        .await?;
+        cluster::resume_broker(coordinator).await?;
+        Ok(produced)
+    })
     .await
 }
 
@@ -358,17 +400,17 @@ async fn admin_lookups_go_to_another_broker_when_theirs_dies() -> anyhow::Result
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitions_reassigned_mid_run_lose_nothing() -> anyhow::Result<()> {
     let _cluster = cluster::exclusive().await?;
-    survives(
-        "partitions reassigned",
-        6_000,
-        async |topic: &str, _group: &str, path: &std::path::Path| {
-            // Every partition broker 1 leads moves to brokers 2 and 3 alone: its leader changes.
-            let moved = led_by(topic, 1).await?;
-            ensure!(!moved.is_empty(), "broker 1 leads no partition of {topic}");
-            let plan: Vec<(i32, Vec<i32>)> = moved.iter().map(|p| (*p, vec![2, 3])).collect();
-            cluster::reassign(topic, &plan).await?;
-            resumes_moved_partitions(topic, path, 1, &moved).await
-        },
-    )
+    survives("partitions reassigned", 6_000, async |run: &Run<'_>| {
+        // Every partition broker 1 leads moves to brokers 2 and 3 alone: its leader changes.
+        let moved = led_by(run.topic, 1).await?;
+        ensure!(
+            !moved.is_empty(),
+            "broker 1 leads no partition of {}",
+            run.topic
+        );
+        let plan: Vec<(i32, Vec<i32>)> = moved.iter().map(|p| (*p, vec![2, 3])).collect();
+        cluster::reassign(run.topic, &plan).await?;
+        resumes_moved_partitions(run, 1, &moved).await
+    })
     .await
 }

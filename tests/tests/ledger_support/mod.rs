@@ -91,7 +91,11 @@ pub fn spawn_worker_at(
         .arg(ledger)
         .args([delay_ms.to_string(), concurrency.to_string()])
         .args(faults.then_some("faults"))
-        .env("RUST_LOG", "warn")
+        // LEDGER_WORKER_LOG (a tracing filter) says more when a run is being taken apart.
+        .env(
+            "RUST_LOG",
+            std::env::var("LEDGER_WORKER_LOG").unwrap_or_else(|_| "warn".to_owned()),
+        )
         // A backtrace per panic would load the debug info (100+ MiB) and hide the worker's own
         // memory behaviour.
         .env("RUST_BACKTRACE", "0")

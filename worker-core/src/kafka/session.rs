@@ -321,6 +321,14 @@ impl Driver {
         }
         let FetchPlan { listed, forgotten } = self.session.plan_fetch(&wanted, &taken);
         let listed_keys: BTreeSet<(Uuid, i32)> = listed.keys().copied().collect();
+        tracing::trace!(
+            node = self.shared.node,
+            epoch = self.session.epoch(),
+            ?wanted,
+            ?listed_keys,
+            ?forgotten,
+            "share fetch"
+        );
         let max_records = i32::try_from(max_records).unwrap_or(i32::MAX);
         // A broker handles one request per connection at a time: while acknowledgements ride on
         // this fetch or wait behind it, do not hold it open; while records of this session are
