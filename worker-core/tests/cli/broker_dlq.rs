@@ -362,6 +362,101 @@ reject-exit-codes = [2]"#;
     assert_eq!(letter.value_text(), "not a number");
 }
 
+/// Names `dlq` as `group`'s broker dead-letter topic and waits until the broker says so.
+async fn name_broker_dlq(admin: &Admin, group: &str, dlq: &str) {
+    admin
+        .set_group_config(group, TOPIC_KEY, dlq)
+        .await
+        .expect("a group config");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while admin
+        .broker_dlq(group)
+        .await
+        .expect("the broker DLQ")
+        .topic
+        .as_deref()
+        != Some(dlq)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the broker does not name {dlq} for {group}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn setup_in_broker_mode_creates_the_dead_letter_topic_the_group_names() {
+    let bootstrap = dlq_broker();
+    let admin = Admin::connect(bootstrap.as_str())
+        .await
+        .expect("an admin client");
+    let scratch = Scratch::new();
+    let topic = unique("cli-bdlq-setup");
+    let (dlq, group) = (unique("dlq.cli-bdlq-setup"), unique("cli-bdlq-setup-group"));
+    name_broker_dlq(&admin, &group, &dlq).await;
+    let cfg = scratch.write(
+        "broker.toml",
+        &broker_config(
+            &bootstrap,
+            &group,
+            &topic,
+            "handler = \"noop\"",
+            "[dlq]\nmode = \"broker\"",
+        ),
+    );
+    let cfg = cfg.to_str().unwrap();
+    let on = format!("# broker dead-letter queue (KIP-1191): on for share group {group}");
+
+    let out = share_worker(&["setup", "--config", cfg], &[]).await;
+    assert_ok(&out, "setup");
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "topic {dlq}: created (3 partitions, replication 1, errors.deadletterqueue.group.enable=true)"
+        )) && stdout.contains(&on),
+        "{stdout}"
+    );
+    assert_ok(
+        &share_worker(&["check", "--config", cfg], &[]).await,
+        "check in broker mode after setup",
+    );
+    // Once there, it is left as it is.
+    let out = share_worker(&["setup", "--config", cfg], &[]).await;
+    assert_ok(&out, "setup again");
+    let stdout = text(&out.stdout);
+    assert!(
+        !stdout.contains(&format!("topic {dlq}: created")) && stdout.contains(&on),
+        "{stdout}"
+    );
+
+    // A name the broker refuses (not under the cluster's `dlq.` prefix) is not created: said.
+    let (refused, other) = (
+        unique("cli-bdlq-setup-refused"),
+        unique("cli-bdlq-setup-other"),
+    );
+    name_broker_dlq(&admin, &other, &refused).await;
+    let cfg = scratch.write(
+        "refused.toml",
+        &broker_config(
+            &bootstrap,
+            &other,
+            &topic,
+            "handler = \"noop\"",
+            "[dlq]\nmode = \"broker\"",
+        ),
+    );
+    let out = share_worker(&["setup", "--config", cfg.to_str().unwrap()], &[]).await;
+    assert_ok(&out, "setup with a refused name");
+    let stdout = text(&out.stdout);
+    assert!(
+        !stdout.contains(&format!("topic {refused}: created"))
+            && stdout.contains("# warning: dlq.mode = \"broker\" cannot run yet")
+            && stdout.contains("does not start with the cluster's"),
+        "{stdout}"
+    );
+}
+
 #[tokio::test]
 async fn run_refuses_broker_mode_without_a_broker_dlq() {
     let version = std::env::var("KAFKA_VERSION").unwrap_or_else(|_| "4.2.2".to_owned());

@@ -1,7 +1,8 @@
-//! `share-worker setup`: the route, dead-letter and delay topics, and the group's configs.
+//! `share-worker setup`: the route, dead-letter and delay topics, and the group's configs; in
+//! broker dead-letter mode, the dead-letter topic the group names.
 
 use anyhow::Context;
-use worker_core::config::Config;
+use worker_core::config::{Config, DlqMode};
 use worker_core::kafka::Admin;
 
 use crate::topics;
@@ -53,6 +54,50 @@ pub(crate) async fn setup(
             .await
             .with_context(|| format!("setting share.record.lock.duration.ms on group {group}"))?;
         println!("group {group}: share.record.lock.duration.ms = {ms}");
+    }
+    if config.dlq_mode() == Some(DlqMode::Broker) {
+        broker_dlq_topic(&admin, group, partitions, replication).await?;
+    }
+    Ok(())
+}
+
+/// In broker mode the broker writes the dead letters to the topic the group's
+/// `errors.deadletterqueue.topic.name` names: created here when missing, with the topic config the
+/// broker needs. Whatever else keeps the broker from writing is said, not fixed: `run` refuses to
+/// start until it is (the group config is the operator's choice of topic).
+async fn broker_dlq_topic(
+    admin: &Admin,
+    group: &str,
+    partitions: i32,
+    replication: i16,
+) -> anyhow::Result<()> {
+    let dlq = match admin.broker_dlq(group).await {
+        Ok(dlq) => dlq,
+        Err(err) => {
+            println!(
+                "# warning: cannot read the broker's dead-letter queue (KIP-1191) of share group {group}: {err}"
+            );
+            return Ok(());
+        }
+    };
+    let created = admin
+        .create_broker_dlq_topic(&dlq, partitions, replication)
+        .await
+        .with_context(|| {
+            format!("creating the broker's dead-letter topic of share group {group}")
+        })?;
+    let dlq = match created {
+        Some(topic) => {
+            println!(
+                "topic {topic}: created ({partitions} partitions, replication {replication}, errors.deadletterqueue.group.enable=true): the broker's dead-letter topic of group {group}"
+            );
+            admin.broker_dlq(group).await?
+        }
+        None => dlq,
+    };
+    match dlq.gap() {
+        None => println!("# broker dead-letter queue (KIP-1191): {dlq}"),
+        Some(gap) => println!("# warning: dlq.mode = \"broker\" cannot run yet: {gap}"),
     }
     Ok(())
 }

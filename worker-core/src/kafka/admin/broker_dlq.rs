@@ -137,6 +137,14 @@ impl BrokerDlq {
     pub fn is_on(&self) -> bool {
         self.gap().is_none()
     }
+
+    /// The named dead-letter topic when it does not exist yet but could take letters once
+    /// created: its name starts with the cluster's prefix and not with `__`.
+    fn creatable_topic(&self) -> Option<&str> {
+        let topic = self.topic.as_deref()?;
+        let allowed = !topic.starts_with("__") && topic.starts_with(&self.prefix);
+        (allowed && self.topic_state == Some(DlqTopicState::Missing)).then_some(topic)
+    }
 }
 
 impl fmt::Display for BrokerDlq {
@@ -207,6 +215,29 @@ impl Admin {
             dlq.topic_state = Some(read_topic_state(&topic, &addr, &results)?);
         }
         Ok(dlq)
+    }
+
+    /// Creates the dead-letter topic `dlq` names when it is missing, with the topic config
+    /// without which the broker refuses to write share groups' letters to it
+    /// (`errors.deadletterqueue.group.enable=true`). Returns the topic created, `None` when there
+    /// was nothing to create: no topic named, it exists, or the broker would refuse its name.
+    pub async fn create_broker_dlq_topic(
+        &self,
+        dlq: &BrokerDlq,
+        partitions: i32,
+        replication: i16,
+    ) -> Result<Option<String>> {
+        let Some(topic) = dlq.creatable_topic() else {
+            return Ok(None);
+        };
+        self.create_topic_with_configs(
+            topic,
+            partitions,
+            replication,
+            &[(GROUP_ENABLE_KEY, "true")],
+        )
+        .await?;
+        Ok(Some(topic.to_owned()))
     }
 }
 

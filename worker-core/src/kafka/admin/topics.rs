@@ -121,10 +121,31 @@ impl Admin {
     /// Creates `topic` with `partitions` partitions and replication factor `replication`. A topic that
     /// already exists is not an error.
     pub async fn create_topic(&self, topic: &str, partitions: i32, replication: i16) -> Result<()> {
+        self.create_topic_with_configs(topic, partitions, replication, &[])
+            .await
+    }
+
+    /// [`create_topic`](Self::create_topic) with topic configs (`key`, `value`) set at creation;
+    /// a topic that already exists keeps the configs it has.
+    pub async fn create_topic_with_configs(
+        &self,
+        topic: &str,
+        partitions: i32,
+        replication: i16,
+        configs: &[(&str, &str)],
+    ) -> Result<()> {
         let mut t = create_topics_request::CreatableTopic::default();
         t.name = TopicName(StrBytes::from_string(topic.to_string()));
         t.num_partitions = partitions;
         t.replication_factor = replication;
+        t.configs = configs
+            .iter()
+            .map(|(key, value)| {
+                create_topics_request::CreatableTopicConfig::default()
+                    .with_name(StrBytes::from_string((*key).to_owned()))
+                    .with_value(Some(StrBytes::from_string((*value).to_owned())))
+            })
+            .collect();
         let mut req = CreateTopicsRequest::default();
         req.topics = vec![t];
         req.timeout_ms = 30_000;
