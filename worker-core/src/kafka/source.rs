@@ -224,12 +224,12 @@ impl Inner {
                 continue;
             }
             let name: Arc<str> = Arc::from(name.as_str());
-            let leaders: HashMap<i32, i32> = t
+            let leaders = t
                 .partitions
                 .iter()
                 .map(|p| (p.partition, p.leader))
                 .collect();
-            tracing::debug!(topic = %name, leaders = ?t.partitions.iter().map(|p| (p.partition, p.leader)).collect::<BTreeMap<_, _>>(), "partition leaders");
+            tracing::debug!(topic = %name, ?leaders, "partition leaders");
             topics.by_name.insert(name.clone(), t.id);
             topics.by_id.insert(t.id, (name, leaders));
         }

@@ -15,7 +15,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 use worker_core::dlq::headers;
-use worker_core::kafka::{Admin, KafkaSource, OffsetReset};
+use worker_core::kafka::{Admin, BrokerDlq, KafkaSource, OffsetReset};
 use worker_core::source::{AckKind, ShareSource};
 
 use crate::support::*;
@@ -89,19 +89,7 @@ async fn broker_dlq_setup(
                 .await
                 .expect("a group config");
         }
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-        while !admin
-            .broker_dlq(&group)
-            .await
-            .expect("the broker DLQ")
-            .is_on()
-        {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the broker DLQ of {group} is not on"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_broker_dlq(&admin, &group, "is on", BrokerDlq::is_on).await;
         names.push(group);
     }
     (topic, dlq, names)
@@ -362,27 +350,33 @@ reject-exit-codes = [2]"#;
     assert_eq!(letter.value_text(), "not a number");
 }
 
+/// Waits up to 15 s until what the broker says of `group`'s dead-letter queue is `ready`.
+async fn wait_broker_dlq(
+    admin: &Admin,
+    group: &str,
+    what: &str,
+    ready: impl Fn(&BrokerDlq) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !ready(&admin.broker_dlq(group).await.expect("the broker DLQ")) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the broker DLQ of {group} never {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Names `dlq` as `group`'s broker dead-letter topic and waits until the broker says so.
 async fn name_broker_dlq(admin: &Admin, group: &str, dlq: &str) {
     admin
         .set_group_config(group, TOPIC_KEY, dlq)
         .await
         .expect("a group config");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    while admin
-        .broker_dlq(group)
-        .await
-        .expect("the broker DLQ")
-        .topic
-        .as_deref()
-        != Some(dlq)
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the broker does not name {dlq} for {group}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_broker_dlq(admin, group, &format!("names {dlq}"), |d| {
+        d.topic.as_deref() == Some(dlq)
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -91,7 +91,9 @@ async fn broker_dlq_topic(
             println!(
                 "topic {topic}: created ({partitions} partitions, replication {replication}, errors.deadletterqueue.group.enable=true): the broker's dead-letter topic of group {group}"
             );
-            admin.broker_dlq(group).await?
+            admin.broker_dlq(group).await.with_context(|| {
+                format!("reading the broker's dead-letter queue of share group {group} again")
+            })?
         }
         None => dlq,
     };
