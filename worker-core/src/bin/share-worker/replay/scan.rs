@@ -20,6 +20,7 @@ use anyhow::Context;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::metadata::Metadata;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 use worker_core::dlq::headers::{self, MarkerKind};
@@ -480,7 +481,8 @@ pub(crate) fn reader(
 #[error("topic {0} does not exist")]
 pub(crate) struct NoSuchTopic(String);
 
-/// The partitions of `topic`, from the cluster's metadata.
+/// The partitions of `topic`, from the cluster's metadata, for a consumer not yet assigned
+/// partitions (it is polled while connecting: see [`librdkafka::metadata`]).
 pub(crate) fn partitions(
     consumer: &BaseConsumer<KafkaContext>,
     context: &KafkaContext,
@@ -488,6 +490,22 @@ pub(crate) fn partitions(
 ) -> anyhow::Result<Vec<i32>> {
     let metadata = librdkafka::metadata(consumer, context, Some(topic), REQUEST)
         .with_context(|| format!("reading the metadata of {topic}"))?;
+    partitions_in(&metadata, topic)
+}
+
+/// The partitions of `topic` for a consumer that is reading: the metadata is asked for without
+/// polling the consumer, which would take a record off its queue and lose it.
+pub(crate) fn partitions_while_reading(
+    consumer: &BaseConsumer<KafkaContext>,
+    topic: &str,
+) -> anyhow::Result<Vec<i32>> {
+    let metadata = consumer
+        .fetch_metadata(Some(topic), REQUEST)
+        .with_context(|| format!("reading the metadata of {topic}"))?;
+    partitions_in(&metadata, topic)
+}
+
+fn partitions_in(metadata: &Metadata, topic: &str) -> anyhow::Result<Vec<i32>> {
     let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
         return Err(NoSuchTopic(topic.to_owned()).into());
     };

@@ -216,12 +216,16 @@ impl Reader {
             if flow.is_break() {
                 return Ok(());
             }
+            // `every` counts from the end of the last look-up: at the end of the topic a look-up
+            // waits behind the reader's own long-polling fetch on the broker's connection, and a
+            // look-up after every record would read a backlog one record per look-up.
             if looked_up.elapsed() >= self.every {
-                looked_up = Instant::now();
                 self.watermarks(&consumer, &partitions)?;
-                if scan::partitions(&consumer, &context, &self.topic)?.len() != partitions.len() {
+                if scan::partitions_while_reading(&consumer, &self.topic)?.len() != partitions.len()
+                {
                     anyhow::bail!("{}: its partitions changed; reading it again", self.topic);
                 }
+                looked_up = Instant::now();
             }
         }
         Ok(())
