@@ -40,16 +40,25 @@ async fn the_delivery_limit_is_the_groups_where_supported_else_the_brokers() -> 
         .await
     {
         Ok(()) => {
-            // Kafka 4.3+: the group's own limit wins.
-            let limit = admin.delivery_limit(&group).await?;
-            ensure!(
-                limit
-                    == DeliveryLimit {
-                        value: 3,
-                        source: DeliveryLimitSource::Group
-                    },
-                "limit {limit:?}"
-            );
+            // Kafka 4.3+: the group's own limit wins, once the broker has the new config (the
+            // controller commits it; the broker answering DescribeConfigs learns it a moment
+            // later).
+            let own = DeliveryLimit {
+                value: 3,
+                source: DeliveryLimitSource::Group,
+            };
+            let mut seen = None;
+            let waited = wait_for(
+                "the group's limit of 3",
+                Duration::from_secs(15),
+                async || {
+                    let limit = admin.delivery_limit(&group).await?;
+                    seen = Some(limit);
+                    Ok(limit == own)
+                },
+            )
+            .await;
+            waited.with_context(|| format!("last seen: {seen:?}"))?;
             ensure!(admin.delivery_count_limit(&group).await? == 3);
         }
         Err(err) => {
