@@ -48,21 +48,60 @@ printf '%s\n' "$payload" >> '{dir}/accepted.txt'
     )
 }
 
+/// A worker's config on a new topic (`name`) with the dashboard on a free port, in a scratch
+/// directory: the handler's TOML comes from `handler` (which may write files there), `ui` adds
+/// lines to `[ui]`.
+struct DashboardBed {
+    scratch: Scratch,
+    topic: String,
+    dlq: String,
+    port: u16,
+    cfg: String,
+}
+
+impl DashboardBed {
+    fn new(name: &str, handler: impl FnOnce(&Path) -> String, ui: &str) -> Self {
+        let scratch = Scratch::new();
+        let topic = unique(name);
+        let group = unique(&format!("{name}-group"));
+        let port = free_port();
+        let text = config(&group, &topic, &handler(&scratch.0)).replace(
+            "[dlq]",
+            &format!("[ui]\nlisten = \"127.0.0.1:{port}\"\n{ui}\n[dlq]"),
+        );
+        let cfg = scratch.write("worker.toml", &text);
+        let cfg = cfg.to_str().expect("utf-8 path").to_owned();
+        Self {
+            dlq: format!("{topic}.dlq"),
+            scratch,
+            topic,
+            port,
+            cfg,
+        }
+    }
+
+    /// `share-worker setup` with `partitions` per topic.
+    async fn setup(&self, partitions: &str) {
+        let args = ["setup", "--config", &self.cfg, "--partitions", partitions];
+        assert_ok(&share_worker(&args, &[]).await, "setup");
+    }
+}
+
 #[tokio::test]
 async fn the_dead_letter_pages_list_a_poison_runs_letters_and_replay_one_to_a_worker() {
-    let scratch = Scratch::new();
-    let topic = unique("ui-dlq");
-    let group = unique("ui-dlq-group");
-    let dlq = format!("{topic}.dlq");
-    let port = free_port();
-    let text_cfg = config(&group, &topic, &handler(&scratch.0)).replace(
-        "[dlq]",
-        &format!(
-            "[ui]\nlisten = \"127.0.0.1:{port}\"\nallow-actions = true\nsample-every = \"500ms\"\n\n[dlq]"
-        ),
+    let bed = DashboardBed::new(
+        "ui-dlq",
+        handler,
+        "allow-actions = true\nsample-every = \"500ms\"\n",
     );
-    let cfg = scratch.write("worker.toml", &text_cfg);
-    let cfg = cfg.to_str().expect("utf-8 path");
+    let DashboardBed {
+        scratch,
+        topic,
+        dlq,
+        port,
+        ..
+    } = &bed;
+    let cfg = bed.cfg.as_str();
     std::fs::write(scratch.0.join("poison-on"), "").expect("the poison flag");
     let lines = [
         "ok-1",
@@ -72,8 +111,8 @@ async fn the_dead_letter_pages_list_a_poison_runs_letters_and_replay_one_to_a_wo
         "poison-retry-1",
         "ok-3",
     ];
-    setup_and_produce(&scratch, cfg, &topic, 1, &lines, &[]).await;
-    let stats = run_until_idle(&scratch, cfg).await;
+    setup_and_produce(scratch, cfg, topic, 1, &lines, &[]).await;
+    let stats = run_until_idle(scratch, cfg).await;
     assert_eq!(count(&stats, "dead_lettered"), 3, "{stats}");
 
     let log = scratch.0.join("ui.log");
@@ -169,7 +208,7 @@ async fn the_dead_letter_pages_list_a_poison_runs_letters_and_replay_one_to_a_wo
     );
 
     // The record is back on its topic: a worker accepts it.
-    let stats = run_until_idle(&scratch, cfg).await;
+    let stats = run_until_idle(scratch, cfg).await;
     assert_eq!(count(&stats, "accepted"), 1, "{stats}");
     let accepted = std::fs::read_to_string(scratch.0.join("accepted.txt")).expect("the ledger");
     assert!(accepted.lines().any(|l| l == replayed_value), "{accepted}");
@@ -221,21 +260,16 @@ fn rows_and_next(page: &str) -> (Vec<(String, String)>, Option<String>) {
 /// filter, every letter once, and a page of 600 KB letters carries previews, not values.
 #[tokio::test]
 async fn pages_are_bounded_follow_on_with_their_filter_and_cut_large_values() {
-    let scratch = Scratch::new();
-    let topic = unique("ui-pages");
-    let group = unique("ui-pages-group");
-    let dlq = format!("{topic}.dlq");
-    let port = free_port();
-    let text_cfg = config(&group, &topic, "handler = \"noop\"").replace(
-        "[dlq]",
-        &format!("[ui]\nlisten = \"127.0.0.1:{port}\"\n\n[dlq]"),
-    );
-    let cfg = scratch.write("worker.toml", &text_cfg);
-    let cfg = cfg.to_str().expect("utf-8 path");
-    assert_ok(
-        &share_worker(&["setup", "--config", cfg, "--partitions", "2"], &[]).await,
-        "setup",
-    );
+    let bed = DashboardBed::new("ui-pages", |_| "handler = \"noop\"".to_owned(), "");
+    bed.setup("2").await;
+    let DashboardBed {
+        scratch,
+        topic,
+        dlq,
+        port,
+        ..
+    } = &bed;
+    let cfg = bed.cfg.as_str();
     // Letters are records with provenance headers: written here directly.
     let bootstrap = bootstrap();
     for (reason, count, size) in [
@@ -251,7 +285,7 @@ async fn pages_are_bounded_follow_on_with_their_filter_and_cut_large_values() {
                 "--bootstrap",
                 &bootstrap,
                 "--topic",
-                &dlq,
+                dlq,
                 "--count",
                 count,
                 "--size",
@@ -337,21 +371,16 @@ fn stat<'a>(counts: &'a str, class: &str) -> Option<&'a str> {
 #[tokio::test]
 async fn the_counts_take_in_every_letter_read_at_start_and_while_following() {
     const BATCH: u64 = 40_000;
-    let scratch = Scratch::new();
-    let topic = unique("ui-count");
-    let group = unique("ui-count-group");
-    let dlq = format!("{topic}.dlq");
-    let port = free_port();
-    let text_cfg = config(&group, &topic, "handler = \"noop\"").replace(
-        "[dlq]",
-        &format!("[ui]\nlisten = \"127.0.0.1:{port}\"\nsample-every = \"500ms\"\n\n[dlq]"),
+    let bed = DashboardBed::new(
+        "ui-count",
+        |_| "handler = \"noop\"".to_owned(),
+        "sample-every = \"500ms\"\n",
     );
-    let cfg = scratch.write("worker.toml", &text_cfg);
-    let cfg = cfg.to_str().expect("utf-8 path");
-    assert_ok(
-        &share_worker(&["setup", "--config", cfg, "--partitions", "1"], &[]).await,
-        "setup",
-    );
+    bed.setup("1").await;
+    let DashboardBed {
+        scratch, dlq, port, ..
+    } = &bed;
+    let cfg = bed.cfg.as_str();
     let bootstrap = bootstrap();
     let produce = |count: u64| {
         let (bootstrap, dlq) = (bootstrap.clone(), dlq.clone());
