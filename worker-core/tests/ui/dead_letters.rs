@@ -80,6 +80,27 @@ impl DashboardBed {
         }
     }
 
+    /// Writes `count` letters of `size` bytes with `headers` (`key=value`) to the dead-letter
+    /// topic: letters are records with provenance headers.
+    async fn write_letters(&self, count: &str, size: &str, headers: &[&str]) {
+        let bootstrap = bootstrap();
+        let mut args = vec![
+            "produce",
+            "--bootstrap",
+            &bootstrap,
+            "--topic",
+            &self.dlq,
+            "--count",
+            count,
+            "--size",
+            size,
+        ];
+        for header in headers {
+            args.extend(["--header", header]);
+        }
+        assert_ok(&share_worker(&args, &[]).await, "writing letters");
+    }
+
     /// `share-worker setup` with `partitions` per topic.
     async fn setup(&self, partitions: &str) {
         let args = ["setup", "--config", &self.cfg, "--partitions", partitions];
@@ -262,46 +283,17 @@ fn rows_and_next(page: &str) -> (Vec<(String, String)>, Option<String>) {
 async fn pages_are_bounded_follow_on_with_their_filter_and_cut_large_values() {
     let bed = DashboardBed::new("ui-pages", |_| "handler = \"noop\"".to_owned(), "");
     bed.setup("2").await;
-    let DashboardBed {
-        scratch,
-        topic,
-        dlq,
-        port,
-        ..
-    } = &bed;
-    let cfg = bed.cfg.as_str();
-    // Letters are records with provenance headers: written here directly.
-    let bootstrap = bootstrap();
+    let source = format!("share.dlq.topic={}", bed.topic);
     for (reason, count, size) in [
         ("rejected", "70", "64"),
         ("handler_error", "50", "64"),
         ("decode", "3", "600000"),
     ] {
-        let header = format!("share.dlq.reason={reason}");
-        let source = format!("share.dlq.topic={topic}");
-        let out = share_worker(
-            &[
-                "produce",
-                "--bootstrap",
-                &bootstrap,
-                "--topic",
-                dlq,
-                "--count",
-                count,
-                "--size",
-                size,
-                "--header",
-                &header,
-                "--header",
-                &source,
-            ],
-            &[],
-        )
-        .await;
-        assert_ok(&out, "producing letters");
+        let reason = format!("share.dlq.reason={reason}");
+        bed.write_letters(count, size, &[&reason, &source]).await;
     }
-    let _ui = spawn(&["ui", "--config", cfg], &scratch.0.join("ui.log"));
-    let base = format!("http://127.0.0.1:{port}");
+    let _ui = spawn(&["ui", "--config", &bed.cfg], &bed.scratch.0.join("ui.log"));
+    let base = format!("http://127.0.0.1:{}", bed.port);
     wait_listening(&format!("{base}/ui/login")).await;
     let client = crate::browser::http();
     let get = |path: String| {
@@ -315,7 +307,7 @@ async fn pages_are_bounded_follow_on_with_their_filter_and_cut_large_values() {
     };
 
     let mut seen = std::collections::BTreeSet::new();
-    let mut path = format!("/ui/dlq/{dlq}?reason=rejected");
+    let mut path = format!("/ui/dlq/{}?reason=rejected", bed.dlq);
     let mut pages = Vec::new();
     loop {
         let page = get(path.clone()).await;
@@ -345,7 +337,7 @@ async fn pages_are_bounded_follow_on_with_their_filter_and_cut_large_values() {
     assert_eq!(seen.len(), 70, "every rejected letter once: {pages:?}");
     assert_eq!(pages.first(), Some(&50), "{pages:?}");
 
-    let large = get(format!("/ui/dlq/{dlq}?reason=decode")).await;
+    let large = get(format!("/ui/dlq/{}?reason=decode", bed.dlq)).await;
     let (rows, _) = rows_and_next(&large);
     assert_eq!(rows.len(), 3);
     assert!(
@@ -377,33 +369,10 @@ async fn the_counts_take_in_every_letter_read_at_start_and_while_following() {
         "sample-every = \"500ms\"\n",
     );
     bed.setup("1").await;
-    let DashboardBed {
-        scratch, dlq, port, ..
-    } = &bed;
-    let cfg = bed.cfg.as_str();
-    let bootstrap = bootstrap();
-    let produce = |count: u64| {
-        let (bootstrap, dlq) = (bootstrap.clone(), dlq.clone());
-        async move {
-            let count = count.to_string();
-            let args = [
-                "produce",
-                "--bootstrap",
-                &bootstrap,
-                "--topic",
-                &dlq,
-                "--count",
-                &count,
-                "--size",
-                "100",
-                "--header",
-                "share.dlq.reason=rejected",
-            ];
-            assert_ok(&share_worker(&args, &[]).await, "producing letters");
-        }
-    };
+    let batch = BATCH.to_string();
+    let letters = || bed.write_letters(&batch, "100", &["share.dlq.reason=rejected"]);
     let client = crate::browser::http();
-    let counts_url = format!("http://127.0.0.1:{port}/ui/live/dlq/{dlq}");
+    let counts_url = format!("http://127.0.0.1:{}/ui/live/dlq/{}", bed.port, bed.dlq);
     // Waits until the counts are caught up with `expected` letters read.
     let caught_up_with = |expected: u64| {
         let (client, url) = (client.clone(), counts_url.clone());
@@ -426,10 +395,10 @@ async fn the_counts_take_in_every_letter_read_at_start_and_while_following() {
         }
     };
 
-    produce(BATCH).await;
-    let _ui = spawn(&["ui", "--config", cfg], &scratch.0.join("ui.log"));
-    wait_listening(&format!("http://127.0.0.1:{port}/ui/login")).await;
+    letters().await;
+    let _ui = spawn(&["ui", "--config", &bed.cfg], &bed.scratch.0.join("ui.log"));
+    wait_listening(&format!("http://127.0.0.1:{}/ui/login", bed.port)).await;
     caught_up_with(BATCH).await;
-    produce(BATCH).await;
+    letters().await;
     caught_up_with(2 * BATCH).await;
 }
