@@ -1,6 +1,7 @@
 //! The table of in-flight records: one slot per record from fetch until its acknowledgement is
-//! answered. It holds three times the concurrency: the fetch loop keeps the records not yet being
-//! acknowledged within the concurrency; those being acknowledged take up to as many again; and a
+//! answered. It holds three times the most unfinished records (the concurrency and those fetched
+//! ahead of it): the fetch loop keeps the records not yet being acknowledged within that; those
+//! being acknowledged take up to as many again; and a
 //! fetch leaves room for the records a source may add for acknowledgements queued while it waits
 //! (see `start_fetch`). With the third, that room is only taken from a fetch while the broker is
 //! slow to answer acknowledgements. Entries are made on first use.

@@ -42,9 +42,9 @@ where
         true
     }
 
-    /// Asks for min(concurrency − unfinished records, max_poll_records, what the fullest route
-    /// may still take) records, if fetching is allowed now. Records whose acknowledgement is on
-    /// the way do not count: the fetch carries (or overlaps) their acknowledgements, so a finished
+    /// Asks for min(concurrency + records fetched ahead − unfinished records, max_poll_records,
+    /// what the fullest route may still take) records, if fetching is allowed now (see `ahead`).
+    /// Records whose acknowledgement is on the way do not count: the fetch carries (or overlaps) their acknowledgements, so a finished
     /// handler's successor does not wait a round trip for the broker's answer first. Their slots
     /// stay held until the broker answers, and a source may return one record more per
     /// acknowledgement queued while it waits (each unfinished record may be one): the request
@@ -61,25 +61,27 @@ where
             self.fetching.not_before = None;
         }
         let unfinished = self.slots.held().saturating_sub(self.acking.len());
-        let room = self
-            .config
-            .concurrency
-            .saturating_sub(unfinished)
-            .min(self.slots.free().saturating_sub(unfinished))
-            .min(self.routes.fetch_room(self.route_share));
+        let room_within = |limit: usize| {
+            limit
+                .saturating_sub(unfinished)
+                .min(self.slots.free().saturating_sub(unfinished))
+                .min(self.routes.fetch_room(self.route_share))
+        };
+        let concurrency = self.config.concurrency;
+        let handler = self.fetching.coalesce.handler_average();
+        let room = room_within(concurrency + self.fetching.ahead.records(concurrency, handler));
         if room == 0 {
             return false;
         }
-        let max = u32::try_from(room)
-            .unwrap_or(u32::MAX)
-            .min(self.config.max_poll_records);
-        let full = u32::try_from(self.config.concurrency)
-            .unwrap_or(u32::MAX)
-            .min(self.config.max_poll_records);
+        let max_poll = self.config.max_poll_records as usize;
+        let max = u32::try_from(room.min(max_poll)).unwrap_or(u32::MAX);
+        // Whether to wait for the last batch is judged on the handlers' own slots: the records
+        // fetched ahead would otherwise fill every fetch and no fetch would ever wait.
+        let own_room = room_within(concurrency).min(max_poll);
         self.fetching.coalesce_until =
             self.fetching
                 .coalesce
-                .wait_until(max as usize, full as usize, unfinished, now);
+                .wait_until(own_room, concurrency.min(max_poll), unfinished, now);
         if self.fetching.coalesce_until.is_some() {
             return false;
         }
@@ -122,6 +124,7 @@ where
         self.fetching
             .coalesce
             .fetched(self.fetching.asked as usize, batch.len());
+        self.fetching.ahead.fetched(took, batch.len());
         if !batch.is_empty() || took >= WAITED_FOR_RECORDS {
             self.fetching.empty_pause = FIRST_EMPTY_FETCH_PAUSE;
         } else {

@@ -16,19 +16,18 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::average::Average;
+
 /// The longest a fetch waits for more slots to free.
 pub(super) const WINDOW: Duration = Duration::from_millis(5);
 /// Handlers that take longer than this on average are slow: no fetch waits for them.
 pub(super) const FAST: Duration = Duration::from_millis(1);
 
-/// The weight of a new handler duration in the running average, as a power of two (1/8).
-const SMOOTHING_SHIFT: u32 = 3;
-
 /// What decides whether the next fetch waits.
 #[derive(Debug, Default)]
 pub(super) struct Coalesce {
-    /// A running average of how long handlers take, in nanoseconds.
-    handler_nanos: u64,
+    /// How long handlers take.
+    handler: Average,
     /// Whether the last fetch came back with as many records as it asked for: the broker has a
     /// backlog, and the next fetch starts at once.
     backlog: bool,
@@ -39,13 +38,12 @@ pub(super) struct Coalesce {
 impl Coalesce {
     /// A handler finished after running `took`.
     pub(super) fn finished(&mut self, took: Duration) {
-        let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        let average = self.handler_nanos;
-        self.handler_nanos = if took >= average {
-            average + ((took - average) >> SMOOTHING_SHIFT)
-        } else {
-            average - ((average - took) >> SMOOTHING_SHIFT)
-        };
+        self.handler.add(took);
+    }
+
+    /// How long handlers take on average; `None` before the first ended.
+    pub(super) fn handler_average(&self) -> Option<Duration> {
+        self.handler.get()
     }
 
     /// A fetch that asked for `asked` records returned `got`.
@@ -62,7 +60,7 @@ impl Coalesce {
         unfinished: usize,
         now: Instant,
     ) -> Option<Instant> {
-        let fast = self.handler_nanos < FAST.as_nanos() as u64;
+        let fast = self.handler.get().is_none_or(|took| took < FAST);
         if self.backlog || room >= full || unfinished == 0 || !fast {
             self.waiting_since = None;
             return None;
@@ -131,16 +129,5 @@ mod tests {
         }
         c.fetched(1000, 0);
         assert_eq!(c.wait_until(1, 1000, 999, t), None);
-    }
-
-    #[test]
-    fn the_average_follows_the_handlers_and_never_overflows() {
-        let mut c = Coalesce::default();
-        c.finished(Duration::MAX);
-        assert!(c.handler_nanos > 0);
-        for _ in 0..400 {
-            c.finished(Duration::ZERO);
-        }
-        assert!(c.handler_nanos < 8, "{}", c.handler_nanos);
     }
 }

@@ -29,7 +29,9 @@ macro_rules! rules {
     };
 }
 
+mod ahead;
 mod arrive;
+mod average;
 mod coalesce;
 mod perform;
 mod renew;
@@ -109,6 +111,8 @@ struct Fetching<'a> {
     coalesce: coalesce::Coalesce,
     /// Until when the next fetch waits for them, while it does.
     coalesce_until: Option<Instant>,
+    /// How many records a fetch asks for beyond the free handlers (see `ahead`).
+    ahead: ahead::Ahead,
 }
 
 /// The loop's state. Generic over the service so a route's service is called without a clone.
@@ -202,12 +206,22 @@ where
         });
         let limits = Limits::new(config, &routes);
         let route_count = routes.len();
+        // Records are fetched ahead of the handlers of one route only: with several, a route
+        // whose handlers hang would start its queued records in the handlers the other routes'
+        // reserve keeps for them.
+        let ahead_most = if route_count == 1 {
+            ahead::most(config.concurrency)
+        } else {
+            0
+        };
+        // Unfinished records at most: the handlers', and those fetched ahead of them.
+        let unfinished = config.concurrency + ahead_most;
         Self {
             source,
             config,
-            route_share: routes.share(config.concurrency),
+            route_share: routes.share(unfinished),
             routes,
-            slots: Slots::new(config.concurrency.saturating_mul(3)),
+            slots: Slots::new(unfinished.saturating_mul(3)),
             policy: limit::policy_for(&config.policy, delivery_limit),
             renewals: Deadlines::default(),
             holds: Holds::new(config.max_held()),
@@ -233,6 +247,7 @@ where
                 asked: 0,
                 coalesce: coalesce::Coalesce::default(),
                 coalesce_until: None,
+                ahead: ahead::Ahead::new(ahead_most),
             },
             shutdown: Box::pin(shutdown.cancelled_owned()),
             stopping: None,
@@ -303,7 +318,10 @@ where
                     self.poll_fetch(cx, now);
                 }
             }
-            while let Poll::Ready((_, key, delivery)) = self.routes.poll_next_ready(cx) {
+            // Records fetched ahead wait in their queues while every handler runs.
+            while self.running.len() < self.config.concurrency
+                && let Poll::Ready((_, key, delivery)) = self.routes.poll_next_ready(cx)
+            {
                 self.dispatch(key, delivery, now);
                 progress = true;
             }

@@ -69,6 +69,15 @@ impl Ledger {
 
 /// A mock that hands out `total` records with `lock` locks and records every call in the ledger.
 fn source(total: usize, lock: Duration) -> (MockSource, Arc<Mutex<Ledger>>) {
+    source_with_round_trip(total, lock, Duration::ZERO)
+}
+
+/// The same, with every fetch that brings records taking `round_trip`.
+fn source_with_round_trip(
+    total: usize,
+    lock: Duration,
+    round_trip: Duration,
+) -> (MockSource, Arc<Mutex<Ledger>>) {
     let ledger = Arc::new(Mutex::new(Ledger {
         total,
         ..Ledger::default()
@@ -84,6 +93,8 @@ fn source(total: usize, lock: Duration) -> (MockSource, Arc<Mutex<Ledger>>) {
         Box::pin(async move {
             if batch.is_empty() {
                 tokio::time::sleep(Duration::from_millis(100)).await;
+            } else if !round_trip.is_zero() {
+                tokio::time::sleep(round_trip).await;
             }
             Ok(batch)
         })
@@ -146,6 +157,91 @@ async fn fetch_sizes_follow_free_slots() {
     }
     assert_eq!(ledger.fetches[0], (5, 0));
     assert_eq!(ledger.fetches[1], (3, 5));
+}
+
+/// Runs `total` records through `concurrency` handlers that each sleep `handler_time`, fetches
+/// taking `round_trip`; returns the ledger and the most handlers that ran at once.
+async fn run_timed(
+    total: usize,
+    concurrency: usize,
+    handler_time: Duration,
+    round_trip: Duration,
+) -> (Arc<Mutex<Ledger>>, usize) {
+    let (mock, ledger) = source_with_round_trip(total, Duration::from_secs(30), round_trip);
+    let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (r, m) = (running.clone(), most.clone());
+    let worker = Worker::builder(mock)
+        .route(
+            "t",
+            handler(move |_job| {
+                let (running, most) = (r.clone(), m.clone());
+                async move {
+                    use std::sync::atomic::Ordering::SeqCst;
+                    most.fetch_max(running.fetch_add(1, SeqCst) + 1, SeqCst);
+                    tokio::time::sleep(handler_time).await;
+                    running.fetch_sub(1, SeqCst);
+                    Outcome::Accept
+                }
+            }),
+        )
+        .concurrency(concurrency)
+        .max_poll_records(concurrency as u32)
+        .build()
+        .unwrap();
+    let l = ledger.clone();
+    run_until(
+        worker,
+        Duration::from_secs(60),
+        "all acknowledged",
+        move || l.lock().unwrap().acks.len() == total,
+    )
+    .await;
+    let most = most.load(std::sync::atomic::Ordering::SeqCst);
+    (ledger, most)
+}
+
+#[tokio::test(start_paused = true)]
+async fn fetches_ask_ahead_for_what_fast_handlers_finish_in_two_round_trips() {
+    // 100 handlers of 50 ms finish 2 records a millisecond; fetches take 3 ms: about 12 ahead
+    // (the loop's clock reads each duration within a millisecond).
+    let (ledger, most) = run_timed(
+        3_000,
+        100,
+        Duration::from_millis(50),
+        Duration::from_millis(3),
+    )
+    .await;
+    let ledger = ledger.lock().unwrap();
+    assert_eq!(most, 100, "never more handlers than the concurrency");
+    let ahead = ledger
+        .fetches
+        .iter()
+        .map(|&(max, held)| (held + max as usize).saturating_sub(100))
+        .max();
+    let ahead = ahead.unwrap_or_default();
+    assert!(
+        (10..=15).contains(&ahead),
+        "{ahead} ahead: {:?}",
+        ledger.fetches
+    );
+    assert!(
+        ledger
+            .acks
+            .values()
+            .all(|kinds| kinds == &[AckKind::Accept])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_handlers_get_no_records_fetched_ahead() {
+    // 8 handlers of 2 s finish 0.004 records in 2 × 1 ms: nothing waits for them.
+    let (ledger, most) = run_timed(40, 8, Duration::from_secs(2), Duration::from_millis(1)).await;
+    let ledger = ledger.lock().unwrap();
+    assert_eq!(most, 8);
+    for &(max, held) in &ledger.fetches {
+        assert!(held + max as usize <= 8, "{:?}", ledger.fetches);
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,0 +1,114 @@
+//! How many records a fetch asks for beyond the free handlers.
+//!
+//! A handler that ends frees its slot, and the fetch for its successor then takes a round trip
+//! (longer when it must wait for the fetch already in progress): with 1,000 handlers of 50 ms
+//! that idle time cost a tenth of the rate. So a fetch also asks for about as many records as the
+//! handlers finish in two fetch round trips. Those wait in their route's queue, their locks renewed
+//! like any record's, and start the moment a handler ends; at most `concurrency` handlers run.
+//!
+//! Only for a worker of one route (see `Dispatcher::new`). Never more than a quarter of the
+//! concurrency, and none for handlers so slow that their work in two
+//! round trips is less than a record: a record fetched ahead of a ten-minute job would wait for it while another worker
+//! of the group sits idle. Nothing before the first handler has ended and the first records have
+//! arrived, since until then neither speed is known.
+
+use std::time::Duration;
+
+use super::average::Average;
+
+/// The records fetched ahead cover this many fetch round trips of the handlers' work.
+const ROUND_TRIPS: u32 = 2;
+/// At most `concurrency / MAX_SHARE` records are fetched ahead.
+pub(super) const MAX_SHARE: usize = 4;
+
+#[derive(Debug, Default)]
+pub(super) struct Ahead {
+    /// How long fetches that brought records took.
+    round_trip: Average,
+    /// The most records fetched ahead.
+    most: usize,
+}
+
+impl Ahead {
+    /// At most `most` records ahead (see [`most`]; 0 turns fetching ahead off).
+    pub(super) fn new(most: usize) -> Self {
+        Ahead {
+            most,
+            ..Ahead::default()
+        }
+    }
+
+    /// A fetch that took `took` brought `got` records.
+    pub(super) fn fetched(&mut self, took: Duration, got: usize) {
+        if got > 0 {
+            self.round_trip.add(took);
+        }
+    }
+
+    /// How many records to fetch beyond `concurrency` handlers that take `handler` on average.
+    pub(super) fn records(&self, concurrency: usize, handler: Option<Duration>) -> usize {
+        let (Some(handler), Some(round_trip)) = (handler, self.round_trip.get()) else {
+            return 0;
+        };
+        let work = (round_trip * ROUND_TRIPS).as_nanos() * concurrency as u128;
+        let ahead = work / handler.as_nanos().max(1);
+        usize::try_from(ahead).unwrap_or(usize::MAX).min(self.most)
+    }
+}
+
+/// The most records ever fetched ahead of `concurrency` handlers.
+pub(super) fn most(concurrency: usize) -> usize {
+    concurrency / MAX_SHARE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn after_fetches(round_trip: Duration) -> Ahead {
+        let mut ahead = Ahead::new(most(1000));
+        ahead.fetched(round_trip, 10);
+        ahead
+    }
+
+    #[test]
+    fn ahead_covers_what_the_handlers_finish_in_two_round_trips() {
+        // 1,000 handlers of 50 ms finish 20 records a millisecond: 120 in 2 × 3 ms.
+        assert_eq!(after_fetches(3 * MS).records(1000, Some(50 * MS)), 120);
+        // 64 handlers of 200 ms, 2 ms round trips: 1.28 records.
+        assert_eq!(after_fetches(2 * MS).records(64, Some(200 * MS)), 1);
+    }
+
+    #[test]
+    fn fast_handlers_get_a_quarter_of_the_concurrency_at_most() {
+        let ahead = after_fetches(3 * MS);
+        assert_eq!(ahead.records(1000, Some(Duration::from_micros(20))), 250);
+        assert_eq!(ahead.records(1000, Some(Duration::ZERO)), 250);
+        assert_eq!(most(500), 125);
+        assert_eq!(most(3), 0);
+        let mut off = Ahead::new(0);
+        off.fetched(3 * MS, 1);
+        assert_eq!(off.records(1000, Some(Duration::ZERO)), 0);
+    }
+
+    #[test]
+    fn slow_handlers_get_none() {
+        // Ten-minute jobs, or one handler of 50 ms: less than one record's worth.
+        assert_eq!(after_fetches(3 * MS).records(64, Some(600_000 * MS)), 0);
+        assert_eq!(after_fetches(3 * MS).records(8, Some(50 * MS)), 0);
+    }
+
+    #[test]
+    fn nothing_is_fetched_ahead_before_both_speeds_are_known() {
+        let mut ahead = Ahead::new(most(1000));
+        assert_eq!(ahead.records(1000, Some(50 * MS)), 0);
+        // An empty fetch (a long poll) is not a round trip.
+        ahead.fetched(500 * MS, 0);
+        assert_eq!(ahead.records(1000, Some(50 * MS)), 0);
+        ahead.fetched(3 * MS, 1);
+        assert_eq!(ahead.records(1000, None), 0);
+        assert_eq!(ahead.records(1000, Some(50 * MS)), 120);
+    }
+}
