@@ -6,9 +6,9 @@
 //! `max_poll_records`) records, never 0, and a finished record's acknowledgement rides on (or
 //! overlaps) the fetch of its successor instead of delaying it by a round trip. "Ahead" is what
 //! the handlers finish in about two fetch round trips, measured as they run, at most a quarter of
-//! `concurrency`, 0 for handlers slower than that and for workers of several routes: those records wait in their route's queue
-//! (locks renewed) and start the moment a handler ends, so a finished handler's slot does not
-//! idle for a round trip. A worker holds at most 1.25 × `concurrency` unfinished records, and as
+//! `concurrency`, 0 for handlers slower than that and for workers of several routes: those
+//! records wait in their route's queue (locks renewed) and start the moment a handler ends, so a
+//! finished handler's slot does not idle for a round trip. A worker holds at most 1.25 × `concurrency` unfinished records, and as
 //! many again while their acknowledgements are on the way; there is no unbounded queue anywhere.
 //!
 //! - **Outcome → acknowledgement.** The moment a handler returns, its [`Outcome`](crate::Outcome)

@@ -7,9 +7,9 @@
 //! like any record's, and start the moment a handler ends; at most `concurrency` handlers run.
 //!
 //! Only for a worker of one route (see `Dispatcher::new`). Never more than a quarter of the
-//! concurrency, and none for handlers so slow that their work in two
-//! round trips is less than a record: a record fetched ahead of a ten-minute job would wait for it while another worker
-//! of the group sits idle. Nothing before the first handler has ended and the first records have
+//! concurrency, and none for handlers so slow that their work in two round trips is less than a
+//! record: a record fetched ahead of a ten-minute job would wait for it while another worker of
+//! the group sits idle. Nothing before the first handler has ended and the first records have
 //! arrived, since until then neither speed is known.
 
 use std::time::Duration;
