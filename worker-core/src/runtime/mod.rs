@@ -8,8 +8,10 @@
 //! the handlers finish in about two fetch round trips, measured as they run, at most a quarter of
 //! `concurrency`, 0 for handlers slower than that and for workers of several routes: those
 //! records wait in their route's queue (locks renewed) and start the moment a handler ends, so a
-//! finished handler's slot does not idle for a round trip. A worker holds at most 1.25 × `concurrency` unfinished records, and as
-//! many again while their acknowledgements are on the way; there is no unbounded queue anywhere.
+//! finished handler's slot does not idle for a round trip. A worker holds at most 1.25 ×
+//! `concurrency` unfinished records, and its slot table bounds everything it holds, those whose
+//! acknowledgements are on the way included, at three times that; there is no unbounded queue
+//! anywhere.
 //!
 //! - **Outcome → acknowledgement.** The moment a handler returns, its [`Outcome`](crate::Outcome)
 //!   becomes ACCEPT, RELEASE (`Retry`) or REJECT and goes to the source, which sends it with the

@@ -44,12 +44,12 @@ where
 
     /// Asks for min(concurrency + records fetched ahead − unfinished records, max_poll_records,
     /// what the fullest route may still take) records, if fetching is allowed now (see `ahead`).
-    /// Records whose acknowledgement is on the way do not count: the fetch carries (or overlaps) their acknowledgements, so a finished
-    /// handler's successor does not wait a round trip for the broker's answer first. Their slots
-    /// stay held until the broker answers, and a source may return one record more per
-    /// acknowledgement queued while it waits (each unfinished record may be one): the request
-    /// leaves room for those, so that a broker slow to answer never makes a batch overflow the
-    /// slots (its excess would be released unhandled, a delivery spent).
+    /// Records whose acknowledgement is on the way do not count: the fetch carries (or overlaps)
+    /// their acknowledgements, so a finished handler's successor does not wait a round trip for
+    /// the broker's answer first. Their slots stay held until the broker answers, and a source may
+    /// return one record more per acknowledgement queued while it waits (each unfinished record
+    /// may be one): the request leaves room for those, so that a broker slow to answer never makes
+    /// a batch overflow the slots (its excess would be released unhandled, a delivery spent).
     pub(super) fn start_fetch(&mut self, now: Instant) -> bool {
         if self.stopping.is_some() || self.fetching.future.is_some() || self.dlq_failing() {
             return false;
