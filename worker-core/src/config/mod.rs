@@ -345,6 +345,7 @@ impl Config {
             .renew_at(w.renew_at)
             .job_timeout(w.job_timeout)
             .shutdown_grace(w.shutdown_grace)
+            .max_delay(w.max_delay)
             .backoff(self.backoff());
         if let Some(max) = self.retry.max_attempts {
             builder = builder.max_attempts(max);

@@ -188,6 +188,10 @@ pub struct WorkerSection {
     /// How long shutdown waits for running handlers (default 30s).
     #[serde(default = "default_shutdown_grace", with = "duration")]
     pub shutdown_grace: Duration,
+    /// The furthest ahead a record's `share.not-before` may be (default 30 days); one due later
+    /// is dead-lettered at once (reason `not_before`).
+    #[serde(default = "default_max_delay", with = "duration")]
+    pub max_delay: Duration,
     /// The group's record lock duration, set by `share-worker setup` (default: the broker's).
     #[serde(
         default,
@@ -553,6 +557,9 @@ fn default_job_timeout() -> Duration {
 }
 fn default_shutdown_grace() -> Duration {
     Duration::from_secs(30)
+}
+fn default_max_delay() -> Duration {
+    crate::runtime::DEFAULT_MAX_DELAY
 }
 fn default_backoff_initial() -> Duration {
     Duration::from_secs(1)

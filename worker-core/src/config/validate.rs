@@ -68,6 +68,9 @@ pub(crate) fn check(config: &Config) -> Result<(), Invalid> {
             ),
         ));
     }
+    if worker.max_delay.is_zero() {
+        return Err(bad(&["worker", "max-delay"], "expected a duration above 0"));
+    }
     if worker.job_timeout.is_zero() {
         return Err(bad(
             &["worker", "job-timeout"],

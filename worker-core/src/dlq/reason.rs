@@ -19,20 +19,26 @@ pub enum DlqReason {
     DeliveryLimit,
     /// The handler rejected it explicitly.
     Rejected,
+    /// Its `share.not-before` is further ahead than the worker's `max_delay`, or it could not
+    /// wait for it (no room to hold it, no delay topic, and a release would spend its last
+    /// delivery); the handler was not called.
+    NotBefore,
 }
 
 impl DlqReason {
     /// Every reason, in declaration order.
-    pub const ALL: [DlqReason; 6] = [
+    pub const ALL: [DlqReason; 7] = [
         DlqReason::HandlerError,
         DlqReason::Decode,
         DlqReason::Timeout,
         DlqReason::Panic,
         DlqReason::DeliveryLimit,
         DlqReason::Rejected,
+        DlqReason::NotBefore,
     ];
 
-    /// The header value: `handler_error`, `decode`, `timeout`, `panic`, `delivery_limit` or `rejected`.
+    /// The header value: `handler_error`, `decode`, `timeout`, `panic`, `delivery_limit`,
+    /// `rejected` or `not_before`.
     pub fn as_str(self) -> &'static str {
         match self {
             DlqReason::HandlerError => "handler_error",
@@ -41,6 +47,7 @@ impl DlqReason {
             DlqReason::Panic => "panic",
             DlqReason::DeliveryLimit => "delivery_limit",
             DlqReason::Rejected => "rejected",
+            DlqReason::NotBefore => "not_before",
         }
     }
 }
@@ -54,7 +61,7 @@ impl fmt::Display for DlqReason {
 /// The text is not one of the reasons.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown dead-letter reason {0:?} (expected one of handler_error, decode, timeout, panic, delivery_limit, rejected)"
+    "unknown dead-letter reason {0:?} (expected one of handler_error, decode, timeout, panic, delivery_limit, rejected, not_before)"
 )]
 pub struct UnknownReason(String);
 

@@ -189,6 +189,12 @@ impl Policy {
         self.last_attempt
     }
 
+    /// The group's delivery-count limit as this policy applies it: the last delivery count on
+    /// which a handler runs, plus the one reserved for the dead-letter hand-off.
+    pub(crate) fn delivery_limit(&self) -> u16 {
+        self.last_delivery.saturating_add(1)
+    }
+
     /// Whether a delivery that is attempt `attempt` (its delivery count plus the attempts used
     /// before a move to the delay topic) with broker delivery count `delivery_count` has used up
     /// its attempts: it goes to the DLQ with reason `delivery_limit` and its handler is not

@@ -177,10 +177,12 @@ impl<S: ShareSource> WorkerBuilder<S> {
         self
     }
 
-    /// How many records wait out a backoff at once, at most (default: half the concurrency, at
-    /// least 1). Held records keep their slots and locks; a retry beyond this is released at once,
-    /// without a backoff, and counted in [`Summary::held_overflow`](super::Summary::held_overflow);
-    /// 0 releases every retry at once.
+    /// How many records wait in the worker at once, at most, for a backoff or their not-before
+    /// (default: half the concurrency, at least 1). Held records keep their locks and slots of
+    /// their own: they never take the room of the handlers' work. A retry beyond this is
+    /// released at once, without a backoff, and counted in
+    /// [`Summary::held_overflow`](super::Summary::held_overflow) (with a delay sink it moves
+    /// instead); 0 releases every retry at once.
     pub fn max_held(mut self, max: usize) -> Self {
         self.config.policy.max_held = Some(max);
         self
@@ -249,8 +251,9 @@ impl<S: ShareSource> WorkerBuilder<S> {
     ///
     /// **The source must subscribe to the delay topics too** (e.g.
     /// [`KafkaSourceBuilder::delay_topics`](crate::kafka::KafkaSourceBuilder::delay_topics)):
-    /// their records run on their origin's route when they are due. Without a delay sink every
-    /// wait is held in the worker, however long.
+    /// their records run on their origin's route when they are due. Without a delay sink a wait
+    /// (up to [`max_delay`](Self::max_delay)) is held in the worker while
+    /// [`max_held`](Self::max_held) leaves room, and released for another worker otherwise.
     pub fn delay(mut self, sink: impl DelaySink) -> Self {
         self.config.delay = Some(DelayConfig {
             sink: Arc::new(sink),
@@ -269,6 +272,14 @@ impl<S: ShareSource> WorkerBuilder<S> {
     /// [`delay`](Self::delay), anything longer moves to the delay topic.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.config.max_hold = max_hold;
+        self
+    }
+
+    /// The furthest ahead a record's `share.not-before` may be (default 30 days). A record due
+    /// later is dead-lettered at once (reason `not_before`) instead of being held or moved: a
+    /// producer cannot park work in the worker, or in the delay topic, for ever.
+    pub fn max_delay(mut self, max_delay: Duration) -> Self {
+        self.config.max_delay = max_delay;
         self
     }
 

@@ -18,6 +18,9 @@ pub(crate) struct DelayConfig {
 /// The longest wait held in the worker by default when a delay sink is configured.
 pub(crate) const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(300);
 
+/// The furthest ahead a record's `share.not-before` may be by default: 30 days.
+pub(crate) const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// Settings of one [`Worker`](super::Worker), checked once by the builder.
 #[derive(Clone, Debug)]
 pub(crate) struct Config {
@@ -42,6 +45,8 @@ pub(crate) struct Config {
     pub(crate) delay: Option<DelayConfig>,
     /// The longest wait held in the worker when a delay sink is configured.
     pub(crate) max_hold: Duration,
+    /// The furthest ahead a record may ask to wait; one due later is dead-lettered at once.
+    pub(crate) max_delay: Duration,
     /// How often records may start, over all routes.
     pub(crate) rate_limit: Option<RateLimit>,
     /// Whether the broker writes the letters of records REJECTed without a sink (broker mode, or
@@ -62,6 +67,7 @@ impl Default for Config {
             renewal: true,
             delay: None,
             max_hold: DEFAULT_MAX_HOLD,
+            max_delay: DEFAULT_MAX_DELAY,
             rate_limit: None,
             broker_writes_letters: false,
         }
@@ -89,6 +95,9 @@ impl Config {
         }
         if self.max_hold.is_zero() {
             return fail("`max_hold`: expected a duration above 0");
+        }
+        if self.max_delay.is_zero() {
+            return fail("`max_delay`: expected a duration above 0");
         }
         if let Some(rate) = &self.rate_limit {
             rate.quota("rate_limit")?;

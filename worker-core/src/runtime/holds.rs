@@ -28,8 +28,13 @@ impl Holds {
         self.due.len() < self.max
     }
 
-    /// Holds `key` until `until` (past `max_held` only for a delayed record without a delay
-    /// sink: it cannot be released without using an attempt).
+    /// Whether a far delay-topic record may be held: under half of `max_held` is, so the other
+    /// half stays for records that come due.
+    pub(crate) fn has_room_for_far(&self) -> bool {
+        self.due.len() < self.max / 2
+    }
+
+    /// Holds `key` until `until` (the lifecycle asked for room first).
     pub(crate) fn hold(&mut self, key: SlotKey, until: Instant) {
         self.due.schedule(key, until);
     }

@@ -9,9 +9,11 @@
 //! | (arrival) | did not decode / past its attempts | `DeadLettering` | write the letter (or reject without a sink) |
 //! | (arrival) | unrouted | `Acking(Release)` | release |
 //! | (arrival) | not before later | `Delayed` / `Moving` | wait / move to the delay topic ([`wait`]) |
+//! | (arrival) | not before past `max_delay`, or no room to wait and its last delivery | `DeadLettering` | write the letter (reason `not_before`) |
+//! | (arrival) | not before later, no room to wait, no delay sink | `Acking(Release)` | release |
 //! | (arrival) | routed, due | `Admitting` | check the limits and the key |
 //! | `Admitting` | admitted / over a limit / key busy | `Queued` / `Throttled` / `KeyWait`, or `Moving` | queue / wait / move |
-//! | `Delayed` / `Throttled` | due | `Admitting` (a far delay record: `Moving`) | check again / move |
+//! | `Delayed` / `Throttled` | due | `Admitting` | check again |
 //! | `KeyWait` | key freed | `Admitting` | check again |
 //! | `Queued` | service ready | `Running` | call (forget if its lock was lost) |
 //! | `Running` | finished | per the [policy](crate::policy) | accept, hold, move, reject, dead-letter (forget if lost) |
@@ -90,6 +92,8 @@ pub(crate) struct Arrival<'a> {
     pub(crate) routed: bool,
     /// How long until it may run (`share.not-before` in the future), if it must wait.
     pub(crate) wait: Option<Duration>,
+    /// Its `share.not-before` as written, for the error when it cannot wait.
+    pub(crate) not_before_text: Option<&'a str>,
     /// It came from a delay topic.
     pub(crate) from_delay: bool,
 }
@@ -302,10 +306,15 @@ pub(crate) struct Rules<'a, T> {
     pub(crate) sink: bool,
     /// Another record may be held for a backoff or its not-before (`max_held` not reached).
     pub(crate) can_hold: bool,
+    /// A far delay-topic record may be held for `max_hold` before it is written back: under
+    /// half of `max_held` is held, the rest is kept for records that come due.
+    pub(crate) can_hold_far: bool,
     /// A delay sink is configured: long waits move to the delay topic.
     pub(crate) delay_sink: bool,
     /// The longest wait held in the worker when a delay sink is configured.
     pub(crate) max_hold: Duration,
+    /// The furthest ahead a record may ask to wait: beyond it, it is dead-lettered at once.
+    pub(crate) max_delay: Duration,
 }
 
 /// At most `N` items, inline: steps allocate nothing.
@@ -392,7 +401,7 @@ impl<T: Copy + PartialOrd + Add<Duration, Output = T>> Life<T> {
         } else if !arrival.routed {
             life.release().fact(Fact::Unrouted)
         } else if let Some(wait) = arrival.wait {
-            life.wait_until(wait, arrival.from_delay, rules)
+            life.wait_until(wait, &arrival, rules)
         } else {
             life.admit()
         };

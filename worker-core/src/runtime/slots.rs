@@ -4,7 +4,8 @@
 //! being acknowledged take up to as many again; and a
 //! fetch leaves room for the records a source may add for acknowledgements queued while it waits
 //! (see `start_fetch`). With the third, that room is only taken from a fetch while the broker is
-//! slow to answer acknowledgements. Entries are made on first use.
+//! slow to answer acknowledgements. Records waiting for their not-before have `max_held` slots
+//! more, apart from all that. Entries are made on first use.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

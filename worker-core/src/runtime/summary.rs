@@ -94,6 +94,8 @@ pub struct DeadLetterCounts {
     pub delivery_limit: u64,
     /// [`DlqReason::Rejected`].
     pub rejected: u64,
+    /// [`DlqReason::NotBefore`].
+    pub not_before: u64,
 }
 
 impl DeadLetterCounts {
@@ -105,6 +107,7 @@ impl DeadLetterCounts {
             + self.panic
             + self.delivery_limit
             + self.rejected
+            + self.not_before
     }
 
     /// The count for one reason.
@@ -116,6 +119,7 @@ impl DeadLetterCounts {
             DlqReason::Panic => self.panic,
             DlqReason::DeliveryLimit => self.delivery_limit,
             DlqReason::Rejected => self.rejected,
+            DlqReason::NotBefore => self.not_before,
         }
     }
 
@@ -127,6 +131,7 @@ impl DeadLetterCounts {
             DlqReason::Panic => &mut self.panic,
             DlqReason::DeliveryLimit => &mut self.delivery_limit,
             DlqReason::Rejected => &mut self.rejected,
+            DlqReason::NotBefore => &mut self.not_before,
         };
         *n += 1;
     }

@@ -11,7 +11,7 @@ use tower::Service;
 use tracing::field::Empty;
 
 use crate::delay::{headers, parse_not_before};
-use crate::source::{AckKind, Delivery, Header, ShareSource};
+use crate::source::{AckKind, Delivery, DeliveryId, Header, ShareSource};
 use crate::telemetry;
 use crate::{ErrorKind, Job, Outcome, Result};
 
@@ -60,11 +60,22 @@ where
             }
             self.fetching.not_before = None;
         }
-        let unfinished = self.slots.held().saturating_sub(self.acking.len());
+        // Records waiting for their not-before are bounded by `max_held` apart: they never
+        // take the room that new work needs.
+        let unfinished = self
+            .slots
+            .held()
+            .saturating_sub(self.acking.len())
+            .saturating_sub(self.delayed);
+        // The slots kept for records that will wait for their not-before are not for the rest.
+        let free = self
+            .slots
+            .free()
+            .saturating_sub(self.config.max_held().saturating_sub(self.delayed));
         let room_within = |limit: usize| {
             limit
                 .saturating_sub(unfinished)
-                .min(self.slots.free().saturating_sub(unfinished))
+                .min(free.saturating_sub(unfinished))
                 .min(self.routes.fetch_room(self.route_share))
         };
         let concurrency = self.config.concurrency;
@@ -166,7 +177,11 @@ where
         }
         let renew_every = self.config.renew_every(delivery.lock_duration);
         let next_renewal = renew_every.map(|every| delivery.acquired_at + every);
-        let waits = Waits::read(&delivery.headers, from_delay);
+        let delay_of = route
+            .filter(|_| from_delay)
+            .and_then(|route| self.routes.topic(route))
+            .map(|topic| (&id, &**topic));
+        let waits = Waits::read(&delivery.headers, delay_of, self.policy.delivery_limit());
         let attempt = waits.prior.saturating_add(delivery.delivery_count);
         let wait = waits
             .not_before
@@ -184,6 +199,7 @@ where
                 undecodable,
                 routed: route.is_some(),
                 wait,
+                not_before_text: waits.not_before_text.as_deref(),
                 from_delay,
             },
             rules!(self, now),
@@ -247,16 +263,26 @@ where
 /// What a record's headers say about waiting: when it may run and, on a delay-topic record, the
 /// attempts it used before and where it came from. A header that does not parse makes the record
 /// undecodable (dead-lettered, reason `decode`): running it at the wrong time could be worse.
+///
+/// Anyone who can write a delay topic can write these headers, so a delay-topic record's are
+/// obeyed only when they are what the worker writes: an origin that is the route the delay topic
+/// belongs to (with a partition and offset at or above 0), and an attempt count within the group's
+/// delivery limit. Anything else makes the record an undecodable record of that route; its
+/// letter keeps the headers as they came, for people to see, and goes to the route's own
+/// dead-letter topic.
 #[derive(Debug, Default)]
 struct Waits {
     not_before: Option<SystemTime>,
+    /// The `share.not-before` header as written, for errors.
+    not_before_text: Option<String>,
     prior: u16,
     origin: Option<Origin>,
     bad: Option<String>,
 }
 
 impl Waits {
-    fn read(record: &[Header], from_delay: bool) -> Self {
+    /// `delay_of`: for a record of a delay topic, the record and its route's topic.
+    fn read(record: &[Header], delay_of: Option<(&DeliveryId, &str)>, delivery_limit: u16) -> Self {
         let mut waits = Waits::default();
         let last = |key: &str| {
             record
@@ -267,49 +293,79 @@ impl Waits {
         };
         if let Some(value) = last(headers::NOT_BEFORE) {
             match parse_not_before(value) {
-                Ok(at) => waits.not_before = Some(at),
+                Ok(at) => {
+                    waits.not_before = Some(at);
+                    waits.not_before_text = Some(String::from_utf8_lossy(value).trim().to_owned());
+                }
                 Err(err) => waits.bad = Some(err),
             }
         }
-        if !from_delay {
+        let Some((id, route_topic)) = delay_of else {
             return waits;
-        }
-        let number = |key: &str| -> Result<Option<i64>, String> {
-            let Some(value) = last(key) else {
-                return Ok(None);
-            };
-            std::str::from_utf8(value)
-                .ok()
-                .and_then(|text| text.trim().parse::<i64>().ok())
-                .map(Some)
-                .ok_or_else(|| {
-                    format!("{key} {:?} is not a number", String::from_utf8_lossy(value))
-                })
         };
-        match number(headers::ATTEMPT) {
-            Ok(prior) => {
-                waits.prior = prior
-                    .and_then(|n| u16::try_from(n).ok())
-                    .unwrap_or(if prior.is_some() { u16::MAX } else { 0 });
+        match Self::provenance(&last, id, route_topic, delivery_limit) {
+            Ok((prior, origin)) => {
+                waits.prior = prior;
+                waits.origin = Some(origin);
             }
             Err(err) => waits.bad = waits.bad.or(Some(err)),
         }
-        let topic = last(headers::ORIGIN_TOPIC).and_then(|v| std::str::from_utf8(v).ok());
-        match (
-            topic,
-            number(headers::ORIGIN_PARTITION),
-            number(headers::ORIGIN_OFFSET),
-        ) {
-            (Some(topic), Ok(Some(partition)), Ok(Some(offset))) => {
-                waits.origin = i32::try_from(partition).ok().map(|partition| Origin {
-                    topic: Arc::from(topic),
-                    partition,
-                    offset,
-                });
-            }
-            (_, Err(err), _) | (_, _, Err(err)) => waits.bad = waits.bad.or(Some(err)),
-            _ => {}
-        }
         waits
+    }
+
+    /// A delay-topic record's `share.attempt` and `share.origin.*`, if they are the worker's.
+    fn provenance<'h>(
+        last: &impl Fn(&str) -> Option<&'h [u8]>,
+        id: &DeliveryId,
+        route_topic: &str,
+        delivery_limit: u16,
+    ) -> Result<(u16, Origin), String> {
+        let shown = |value: &[u8]| {
+            let text = String::from_utf8_lossy(value);
+            let mut shown: String = text.chars().take(64).collect();
+            if text.chars().count() > 64 {
+                shown.push('…');
+            }
+            format!("{shown:?}")
+        };
+        let refused = |why: String| {
+            format!(
+                "delay-topic record {}/{}@{} (route {route_topic}): {why}; its delay headers are not obeyed",
+                id.topic, id.partition, id.offset
+            )
+        };
+        let number = |key: &str, max: i64| -> Result<i64, String> {
+            let value = last(key).ok_or_else(|| refused(format!("{key} is missing")))?;
+            std::str::from_utf8(value)
+                .ok()
+                .and_then(|text| text.trim().parse::<i64>().ok())
+                .filter(|n| (0..=max).contains(n))
+                .ok_or_else(|| {
+                    refused(format!(
+                        "{key} {} is not a number from 0 to {max}",
+                        shown(value)
+                    ))
+                })
+        };
+        let prior = number(headers::ATTEMPT, i64::from(delivery_limit))?;
+        let topic = last(headers::ORIGIN_TOPIC)
+            .ok_or_else(|| refused(format!("{} is missing", headers::ORIGIN_TOPIC)))?;
+        if topic != route_topic.as_bytes() {
+            return Err(refused(format!(
+                "{} {} is not the route this delay topic belongs to",
+                headers::ORIGIN_TOPIC,
+                shown(topic)
+            )));
+        }
+        let partition = number(headers::ORIGIN_PARTITION, i64::from(i32::MAX))?;
+        let offset = number(headers::ORIGIN_OFFSET, i64::MAX)?;
+        Ok((
+            u16::try_from(prior).unwrap_or(u16::MAX),
+            Origin {
+                topic: Arc::from(route_topic),
+                partition: i32::try_from(partition).unwrap_or(i32::MAX),
+                offset,
+            },
+        ))
     }
 }

@@ -23,8 +23,10 @@ macro_rules! rules {
             stopping: $dispatcher.stopping.is_some(),
             sink: $dispatcher.dead_letters.is_some(),
             can_hold: $dispatcher.holds.has_room(),
+            can_hold_far: $dispatcher.holds.has_room_for_far(),
             delay_sink: $dispatcher.moves.is_some(),
             max_hold: $dispatcher.config.max_hold,
+            max_delay: $dispatcher.config.max_delay,
         }
     };
 }
@@ -37,6 +39,7 @@ mod perform;
 mod renew;
 mod stop;
 mod wait;
+mod write_backs;
 
 use std::convert::Infallible;
 use std::future::{Future, poll_fn};
@@ -149,6 +152,8 @@ where
     holds_full: bool,
     /// Which routes' delay topics are paused at the source.
     delay_paused: Vec<bool>,
+    /// The pace of writing far delay-topic records back.
+    write_backs: write_backs::WriteBacks,
     /// The wall clock when the loop started, and the loop's clock then: not-before times are
     /// counted on the loop's (monotonic) clock from there.
     wall: (std::time::SystemTime, Instant),
@@ -221,7 +226,11 @@ where
             config,
             route_share: routes.share(unfinished),
             routes,
-            slots: Slots::new(unfinished.saturating_mul(3)),
+            slots: Slots::new(
+                unfinished
+                    .saturating_mul(3)
+                    .saturating_add(config.max_held()),
+            ),
             policy: limit::policy_for(&config.policy, delivery_limit),
             renewals: Deadlines::default(),
             holds: Holds::new(config.max_held()),
@@ -234,6 +243,7 @@ where
             latency: vec![Duration::ZERO; route_count],
             holds_full: false,
             delay_paused: vec![false; route_count],
+            write_backs: write_backs::WriteBacks::new(route_count),
             wall: (std::time::SystemTime::now(), Instant::now()),
             running: JoinSet::new(),
             acking: FuturesUnordered::new(),
@@ -346,6 +356,7 @@ where
                 .as_mut()
                 .is_some_and(|writer| writer.retry_due(now));
             self.sync_delay_pauses();
+            progress |= self.end_write_back_rests(now);
             progress |= self.expire_grace(now);
             if let Poll::Ready(changed) = self.limit.poll_changed(self.source, cx, now) {
                 self.policy = limit::policy_for(&self.config.policy, changed);
@@ -406,7 +417,8 @@ where
     }
 
     /// The earliest time something is due: the tick, a renewal, a hold, a dead-letter retry, the
-    /// end of a fetch pause, the grace period, a read of the delivery limit.
+    /// end of a fetch pause, the grace period, a read of the delivery limit, the end of a
+    /// delay topic's rest.
     fn next_wake(&self) -> Instant {
         // The end of a fetch pause matters only if a fetch could start then: not while stopping,
         // fetching or paused for a failing dead-letter sink (its recovery wakes the loop itself).
@@ -434,6 +446,7 @@ where
             coalescing,
             grace,
             self.limit.next_due(),
+            self.write_backs.next_end(),
         ]
         .into_iter()
         .flatten()

@@ -105,7 +105,8 @@ where
                     attempts,
                     wait,
                 } => {
-                    self.write_move(key, reason, attempts, wait, delivery.take(), now);
+                    let unheld = !matches!(before, Phase::Delayed { .. });
+                    self.write_move(key, reason, attempts, wait, delivery.take(), unheld, now);
                 }
                 Effect::Enqueue => {
                     let route = self.slots.get(key).and_then(|job| job.route);
@@ -172,10 +173,7 @@ where
         if let Some((_, false)) = after {
             self.unschedule(key);
         }
-        let unfinished = |phase: Option<Phase<Instant>>| {
-            phase.is_some_and(|phase| !matches!(phase, Phase::Acking(_)))
-        };
-        let (was, is) = (unfinished(Some(before)), unfinished(after.map(|(p, _)| p)));
+        let (was, is) = (takes_room(Some(before)), takes_room(after.map(|(p, _)| p)));
         if let Some(route) = route
             && was != is
         {
@@ -183,7 +181,7 @@ where
         }
     }
 
-    /// Counts a record of `route` becoming unfinished or finished, pausing the route's topic at
+    /// Counts a record of `route` starting or ending to take room, pausing the route's topic at
     /// the source while the route holds its full share of the slots.
     pub(super) fn count_route(&mut self, route: usize, unfinished: bool) {
         if let Some(pause) = self.routes.count(route, unfinished, self.route_share) {
@@ -387,8 +385,9 @@ where
             return;
         };
         telemetry::stamp(&job.span, &mut letter.headers);
-        // The letter names the record's attempts and, for a delay-topic copy, where it came from:
-        // it goes to its origin's dead-letter topic, and a replay sends it back there as new.
+        // The letter names the record's attempts and, for a delay-topic copy, where it came from
+        // (always its route, checked on arrival): it goes to its route's dead-letter topic, and a
+        // replay sends it back there as new.
         letter.delivery_count = job.life.attempt;
         let handler = job
             .route
@@ -404,12 +403,14 @@ where
                     letter.id.topic = origin.topic.clone();
                     letter.id.partition = origin.partition;
                     letter.id.offset = origin.offset;
+                    letter
+                        .headers
+                        .retain(|h| !crate::delay::headers::is_delay_header(&h.key));
                 }
+                // Delay headers the worker did not write (see `Waits`): the letter is the route's,
+                // and keeps them as they came.
                 None => letter.id.topic = handler.clone(),
             }
-            letter
-                .headers
-                .retain(|h| !crate::delay::headers::is_delay_header(&h.key));
         }
         writer.write(
             key,
@@ -444,4 +445,10 @@ where
         self.due = due;
         true
     }
+}
+
+/// Whether a record in `phase` takes room from the handlers' work: every record not yet being
+/// acknowledged, but those waiting for their not-before, which `max_held` bounds apart.
+pub(super) fn takes_room(phase: Option<Phase<Instant>>) -> bool {
+    phase.is_some_and(|phase| !matches!(phase, Phase::Acking(_) | Phase::Delayed { .. }))
 }

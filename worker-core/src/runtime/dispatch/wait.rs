@@ -19,7 +19,7 @@ use super::super::rate::{KeyedLimiter, Limiter};
 use super::super::routes::Routes;
 use super::super::slots::SlotKey;
 use super::super::writes::Written;
-use super::Dispatcher;
+use super::{Dispatcher, write_backs};
 
 /// The shortest guess of when a busy key is free.
 const MIN_KEY_WAIT: Duration = Duration::from_millis(100);
@@ -242,7 +242,9 @@ where
     }
 
     /// Writes the record in slot `key` to its route's delay topic: its key, value and own
-    /// headers, plus when it may run, the attempts it used and where it came from.
+    /// headers, plus when it may run, the attempts it used and where it came from. `unheld`: it
+    /// did not wait in the worker first (a delay-topic record written back so rests its topic).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn write_move(
         &mut self,
         key: SlotKey,
@@ -250,6 +252,7 @@ where
         attempts: u16,
         wait: MoveWait,
         delivery: Option<Delivery>,
+        unheld: bool,
         now: Instant,
     ) {
         let group = self.group.clone().unwrap_or_else(|| "".into());
@@ -299,6 +302,7 @@ where
             text(headers::ORIGIN_OFFSET, origin_offset.to_string()),
         ]);
         let topic = delay.topic.render(&route_topic, &group);
+        let write_back = reason == MoveReason::NotBefore && *job.id.topic == *topic;
         tracing::debug!(parent: &job.span, record = %job.id, delay_topic = %topic, reason = reason.as_str(), "moving the record to the delay topic");
         moves.write(
             key,
@@ -309,6 +313,27 @@ where
                 headers: record_headers,
             },
         );
+        if write_back && unheld && self.write_backs.wrote_back(route, now) {
+            tracing::debug!(
+                topic = %route_topic,
+                rest = ?write_backs::REST,
+                "a far record was written back unheld: resting the route's delay topic"
+            );
+            self.sync_delay_pause(route);
+        }
+    }
+
+    /// Resumes the delay topics whose write-back rest ended by `now`.
+    pub(super) fn end_write_back_rests(&mut self, now: Instant) -> bool {
+        if self.write_backs.next_end().is_none_or(|at| at > now) {
+            return false;
+        }
+        let mut ended = Vec::new();
+        self.write_backs.end_due(now, &mut ended);
+        for route in ended {
+            self.sync_delay_pause(route);
+        }
+        true
     }
 
     /// Handles every write to the delay topic that ended.
@@ -396,9 +421,13 @@ where
     }
 
     /// Pauses or resumes route `route`'s delay topic: paused while the route holds its full
-    /// share, while `max_held` records are held, and from the start of shutdown.
+    /// share, while `max_held` records are held, while its write-backs rest, and from the start
+    /// of shutdown.
     pub(super) fn sync_delay_pause(&mut self, route: usize) {
-        let paused = self.routes.is_full(route) || self.holds_full || self.stopping.is_some();
+        let paused = self.routes.is_full(route)
+            || self.holds_full
+            || self.write_backs.resting(route)
+            || self.stopping.is_some();
         let (Some(topic), Some(was)) = (
             self.routes.delay_topic(route).cloned(),
             self.delay_paused.get_mut(route),

@@ -33,8 +33,10 @@ pub(super) fn rules(policy: &Policy) -> Rules<'_, Ms> {
         stopping: false,
         sink: true,
         can_hold: true,
+        can_hold_far: true,
         delay_sink: false,
         max_hold: Duration::from_secs(10),
+        max_delay: Duration::from_secs(3_600 * 24),
     }
 }
 
@@ -83,6 +85,7 @@ fn arrive(
             undecodable,
             routed,
             wait: None,
+            not_before_text: None,
             from_delay: false,
         },
         r,
@@ -90,14 +93,26 @@ fn arrive(
 }
 
 /// A record arriving that may not run for `wait`.
-pub(super) fn arrive_later(wait: Duration, from_delay: bool, r: Rules<'_, Ms>) -> (Life<Ms>, Step) {
+/// A record on its `delivery`th delivery (attempt the same) that may not run for `wait`.
+pub(super) fn arrive_later(wait: Duration, delivery: u16, r: Rules<'_, Ms>) -> (Life<Ms>, Step) {
+    arrive_later_from(wait, delivery, false, r)
+}
+
+/// [`arrive_later`], read from a delay topic when `from_delay`.
+pub(super) fn arrive_later_from(
+    wait: Duration,
+    delivery: u16,
+    from_delay: bool,
+    r: Rules<'_, Ms>,
+) -> (Life<Ms>, Step) {
     Life::arrive(
         Arrival {
-            attempt: 1,
-            delivery_count: 1,
+            attempt: delivery,
+            delivery_count: delivery,
             undecodable: None,
             routed: true,
             wait: Some(wait),
+            not_before_text: Some("2026-12-24T18:00:00Z"),
             from_delay,
         },
         r,

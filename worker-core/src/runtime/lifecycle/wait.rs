@@ -1,11 +1,19 @@
 //! The waiting rules of a record's life: its not-before, the rate limits, its key, and the moves
 //! to the delay topic that keep long waits out of the worker.
 //!
-//! - **Not before.** A record due within `max_hold` is held (`Delayed`, its lock renewed) if
-//!   `max_held` leaves room; otherwise, with a delay sink, it is moved to the delay topic. A
-//!   delay-topic record due later than that is held for `max_hold` before it is written back,
-//!   so that a worker does not spin through far-away records; without room it is written back at
-//!   once. Without a delay sink every such record is held until it is due.
+//! - **Not before.** A record may ask to wait at most `max_delay` (default 30 days): one due
+//!   later is dead-lettered at once (reason `not_before`, the header's value in the error), so a
+//!   producer cannot park records in the worker or the delay topic for ever. A record due within
+//!   `max_hold` is held (`Delayed`, its lock renewed) if `max_held` leaves room; otherwise, with
+//!   a delay sink, it is moved to the delay topic. A delay-topic record not due within
+//!   `max_hold` is held for `max_hold` and then written back, so that a worker does not spin
+//!   through far-away records, but only while under half of `max_held` is held: the other half
+//!   stays for records that come due, and a far record beyond it is written back at once (the
+//!   dispatcher then rests the delay topic, see `write_backs`). Without
+//!   a delay sink a record is held until it is due while there is room; with none it is released
+//!   (another worker may have room) unless that would spend the last delivery its handler could
+//!   have, in which case it is dead-lettered (reason `not_before`): never archived by the broker.
+//!   Waiting records do not count against the fetch room: they never take the handlers' work.
 //! - **Admission.** A due record is checked against its key and the rate limits. Over a limit it
 //!   waits (`Throttled`) for the time the limiter names; with its key busy it waits (`KeyWait`)
 //!   until a record of that key ends. When too many records of one key already wait
@@ -20,7 +28,8 @@
 use std::ops::Add;
 use std::time::Duration;
 
-use super::{Effect, Fact, Life, Phase, Rules, Step};
+use super::{Arrival, Effect, Fact, Life, Phase, Rules, Step};
+use crate::dlq::DlqReason;
 
 /// What the limits and a record's key say (the dispatcher checks them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,29 +148,51 @@ impl<T: Copy + PartialOrd + Add<Duration, Output = T>> Life<T> {
         }
     }
 
-    /// A record that may not run for `wait` yet.
+    /// A record that may not run for `wait` yet (see the module docs).
     pub(super) fn wait_until(
         &mut self,
         wait: Duration,
-        from_delay: bool,
+        arrival: &Arrival<'_>,
         rules: Rules<'_, T>,
     ) -> Step {
+        let written = arrival.not_before_text.unwrap_or("?");
+        if wait > rules.max_delay {
+            let error = format!(
+                "share.not-before {written:?} is {} ahead, further than max_delay ({})",
+                humantime::format_duration(Duration::from_secs(wait.as_secs())),
+                humantime::format_duration(rules.max_delay)
+            );
+            return self.dead_letter(DlqReason::NotBefore, error, rules);
+        }
         let waited = self.attempt.saturating_sub(1);
-        let near = !rules.delay_sink || wait <= rules.max_hold;
-        if near && (rules.can_hold || !rules.delay_sink) {
+        let holdable = !rules.delay_sink || wait <= rules.max_hold;
+        if holdable && rules.can_hold {
             self.phase = Phase::Delayed {
                 until: rules.now + wait,
             };
             return Step::default().effect(Effect::Wait).fact(Fact::Delayed);
         }
-        if from_delay && rules.can_hold {
+        if rules.delay_sink && arrival.from_delay && rules.can_hold_far {
             // Far away: look again after a hold, then write it back.
             self.phase = Phase::Delayed {
                 until: rules.now + rules.max_hold,
             };
             return Step::default().effect(Effect::Wait).fact(Fact::Delayed);
         }
-        self.move_to_delay(MoveReason::NotBefore, waited, MoveWait::Kept)
+        if rules.delay_sink {
+            return self.move_to_delay(MoveReason::NotBefore, waited, MoveWait::Kept);
+        }
+        // Released, it comes back one delivery further: at the last handler attempt, the next
+        // delivery would only be the dead-letter hand-off.
+        let next_attempt = arrival.attempt.saturating_add(1);
+        let next_delivery = arrival.delivery_count.saturating_add(1);
+        if rules.policy.exhausted(next_attempt, next_delivery) {
+            let error = format!(
+                "share.not-before {written:?}: no room to hold it (max_held records wait already) and no delay topic, and releasing it would spend its last delivery"
+            );
+            return self.dead_letter(DlqReason::NotBefore, error, rules);
+        }
+        self.release().fact(Fact::HeldOverflow)
     }
 
     /// A `Delayed` record's wait ended: it runs if it is due, else (a far delay-topic record) it

@@ -5,6 +5,7 @@ mod delays;
 mod dlq_down;
 mod fairness;
 mod flow;
+mod hostile_waits;
 mod limits;
 mod load;
 mod mock;

@@ -3,14 +3,16 @@
 
 use std::time::Duration;
 
-use super::super::tests::{Ms, arrive_later, delaying, effects, facts, life, lost, policy, rules};
+use super::super::tests::{
+    Ms, arrive_later, arrive_later_from, delaying, effects, facts, life, lost, policy, rules,
+};
 use super::super::*;
 use crate::policy::Cause;
 
 #[test]
 fn a_record_due_soon_waits_in_the_worker_and_then_is_admitted() {
     let p = policy();
-    let (mut l, s) = arrive_later(Duration::from_secs(3), false, delaying(&p));
+    let (mut l, s) = arrive_later(Duration::from_secs(3), 1, delaying(&p));
     assert_eq!(l.phase, Phase::Delayed { until: Ms(4_000) });
     assert_eq!(effects(&s), vec![Effect::Wait]);
     assert_eq!(facts(&s), vec![Fact::Delayed]);
@@ -23,8 +25,8 @@ fn a_record_due_soon_waits_in_the_worker_and_then_is_admitted() {
         (l.phase, effects(&s)),
         (Phase::Admitting, vec![Effect::Admit])
     );
-    // Without a delay sink any wait is held, however long.
-    let (l, _) = arrive_later(Duration::from_secs(3_600), false, rules(&p));
+    // Without a delay sink a wait is held until it is due, up to max_delay.
+    let (l, _) = arrive_later(Duration::from_secs(3_600), 1, rules(&p));
     assert_eq!(
         l.phase,
         Phase::Delayed {
@@ -34,11 +36,55 @@ fn a_record_due_soon_waits_in_the_worker_and_then_is_admitted() {
 }
 
 #[test]
+fn a_wait_past_max_delay_is_dead_lettered_at_once_naming_the_header() {
+    let p = policy();
+    for r in [rules(&p), delaying(&p)] {
+        let (l, s) = arrive_later(Duration::from_secs(3_600 * 24 + 1), 1, r);
+        assert_eq!(l.phase, Phase::DeadLettering(DlqReason::NotBefore));
+        let effects = effects(&s);
+        let [Effect::WriteDeadLetter { reason, error }] = effects.as_slice() else {
+            panic!("a letter: {s:?}");
+        };
+        assert_eq!(*reason, DlqReason::NotBefore);
+        assert!(
+            error.contains("\"2026-12-24T18:00:00Z\"") && error.contains("max_delay"),
+            "{error}"
+        );
+    }
+    // Exactly max_delay ahead still waits.
+    let (l, _) = arrive_later(Duration::from_secs(3_600 * 24), 1, rules(&p));
+    assert!(matches!(l.phase, Phase::Delayed { .. }));
+}
+
+#[test]
+fn without_a_delay_sink_or_room_a_wait_is_released_but_never_into_the_archive() {
+    let p = policy();
+    let full = Rules {
+        can_hold: false,
+        ..rules(&p)
+    };
+    // Attempts 1 and 2 may be spent waiting for another worker with room.
+    for delivery in [1, 2] {
+        let (l, s) = arrive_later(Duration::from_secs(60), delivery, full);
+        assert_eq!(l.phase, Phase::Acking(AckKind::Release), "{delivery}");
+        assert_eq!(facts(&s), vec![Fact::HeldOverflow]);
+    }
+    // On the last attempt a release would leave only the dead-letter hand-off: the letter now.
+    let (l, s) = arrive_later(Duration::from_secs(60), 3, full);
+    assert_eq!(l.phase, Phase::DeadLettering(DlqReason::NotBefore));
+    let effects = effects(&s);
+    let [Effect::WriteDeadLetter { error, .. }] = effects.as_slice() else {
+        panic!("a letter: {s:?}");
+    };
+    assert!(error.contains("no room to hold it"), "{error}");
+}
+
+#[test]
 fn a_far_or_unholdable_wait_moves_to_the_delay_topic_keeping_its_attempts() {
     let p = policy();
     // Later than max_hold: moved at once, carrying its not-before and no used attempt (its
     // delivery ran nothing).
-    let (l, s) = arrive_later(Duration::from_secs(60), false, delaying(&p));
+    let (l, s) = arrive_later(Duration::from_secs(60), 1, delaying(&p));
     assert_eq!(l.phase, Phase::Moving(MoveReason::NotBefore));
     assert_eq!(
         effects(&s),
@@ -53,7 +99,7 @@ fn a_far_or_unholdable_wait_moves_to_the_delay_topic_keeping_its_attempts() {
         can_hold: false,
         ..delaying(&p)
     };
-    let (l, _) = arrive_later(Duration::from_secs(3), false, full);
+    let (l, _) = arrive_later(Duration::from_secs(3), 1, full);
     assert_eq!(l.phase, Phase::Moving(MoveReason::NotBefore));
     // Confirmed: the original is accepted; a copy written after the lock was lost is a possible
     // duplicate, never an accept.
@@ -70,7 +116,7 @@ fn a_far_or_unholdable_wait_moves_to_the_delay_topic_keeping_its_attempts() {
 #[test]
 fn a_far_delay_record_is_held_for_max_hold_then_written_back_never_released() {
     let p = policy();
-    let (mut l, s) = arrive_later(Duration::from_secs(60), true, delaying(&p));
+    let (mut l, s) = arrive_later_from(Duration::from_secs(60), 1, true, delaying(&p));
     assert_eq!(l.phase, Phase::Delayed { until: Ms(11_000) });
     assert_eq!(effects(&s), vec![Effect::Wait]);
     let later = Rules {
@@ -86,12 +132,22 @@ fn a_far_delay_record_is_held_for_max_hold_then_written_back_never_released() {
             wait: MoveWait::Kept
         }]
     );
-    // With no room to hold it, written back at once (the delay topics are paused meanwhile).
-    let full = Rules {
-        can_hold: false,
+    // Half of max_held is kept for records that come due: beyond it a far one is written back
+    // at once (the dispatcher then rests the delay topic), while one due soon is still held.
+    let far_full = Rules {
+        can_hold_far: false,
         ..delaying(&p)
     };
-    let (l, _) = arrive_later(Duration::from_secs(60), true, full);
+    let (l, _) = arrive_later_from(Duration::from_secs(60), 1, true, far_full);
+    assert_eq!(l.phase, Phase::Moving(MoveReason::NotBefore));
+    let (l, _) = arrive_later_from(Duration::from_secs(5), 1, true, far_full);
+    assert_eq!(l.phase, Phase::Delayed { until: Ms(6_000) });
+    // With no room at all, written back at once too (the delay topics are paused meanwhile).
+    let full = Rules {
+        can_hold: false,
+        ..far_full
+    };
+    let (l, _) = arrive_later_from(Duration::from_secs(5), 1, true, full);
     assert_eq!(l.phase, Phase::Moving(MoveReason::NotBefore));
 }
 
@@ -147,6 +203,7 @@ fn a_copy_back_from_the_delay_topic_counts_the_attempts_it_used() {
                 undecodable: None,
                 routed: true,
                 wait: None,
+                not_before_text: None,
                 from_delay: true,
             },
             delaying(&p),
