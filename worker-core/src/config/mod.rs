@@ -71,9 +71,9 @@ pub use env::ENV_PREFIX;
 pub use error::ConfigError;
 pub use model::{
     Config, DEFAULT_DLQ_TOPIC, DEFAULT_ENV_PASS, DEFAULT_ROUTE_TIMEOUT, DelaySection, DlqMode,
-    DlqSection, HandlerKind, KafkaSection, LogFormat, OauthSection, OffsetReset, OnRedirect,
-    RECORD_ENV_PREFIX, RetrySection, RouteSection, SaslMechanism, SaslSection, TelemetrySection,
-    TlsSection, WorkerSection,
+    DlqSection, HandlerKind, KafkaSection, LogFormat, MIN_UI_TOKEN_CHARS, OauthSection,
+    OffsetReset, OnRedirect, RECORD_ENV_PREFIX, RetrySection, RouteSection, SaslMechanism,
+    SaslSection, TelemetrySection, TlsSection, UiSection, WorkerSection,
 };
 
 use env::EnvOverride;
@@ -313,11 +313,12 @@ impl Config {
         match (&self.ui.token, &self.ui.token_file) {
             (Some(token), _) => Ok(Some(token.clone())),
             (None, Some(file)) => {
+                // Checked at load too; read again here, so a file changed since is checked.
                 let token = Secret::from_file(file)?;
-                if token.expose().trim().is_empty() {
+                if let Err(why) = validate::ui_token_strength(token.expose()) {
                     return Err(Error::new(
                         ErrorKind::Config,
-                        format!("`ui.token-file`: {} is empty", file.display()),
+                        format!("`ui.token-file`: {}: {why}", file.display()),
                     ));
                 }
                 Ok(Some(token))

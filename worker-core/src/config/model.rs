@@ -343,6 +343,21 @@ pub struct TelemetrySection {
     /// Whether the listener also serves the dashboard under `/ui` (default false; needs `listen`).
     #[serde(default)]
     pub ui: bool,
+    /// PEM certificate (chain) the listener serves HTTPS with, with `tls-key-file` (default:
+    /// plain HTTP). Read again when it changes, so a rotated certificate needs no restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The PEM private key of `tls-cert-file` (PKCS#8, PKCS#1 or SEC1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key_file: Option<PathBuf>,
+    /// Whether a TLS proxy in front of the listener serves it as HTTPS (default false): the
+    /// dashboard's session cookie is then marked `Secure`.
+    #[serde(default)]
+    pub behind_tls_proxy: bool,
+    /// Host names (no port) the listener answers besides IP literals and `localhost` (default
+    /// none): a request for any other `Host` is refused, against DNS rebinding.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
 }
 
 /// `[ui]`: the web dashboard. Read-only unless `allow-actions`; `Debug` shows no token.
@@ -368,6 +383,19 @@ pub struct UiSection {
     /// often its pages refresh (default 5s).
     #[serde(default = "default_ui_sample_every", with = "duration")]
     pub sample_every: Duration,
+    /// `ui.listen`: PEM certificate (chain) for HTTPS, with `tls-key-file` (default: plain
+    /// HTTP); read again when it changes. The worker's `/ui` takes `telemetry.tls-cert-file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// `ui.listen`: the PEM private key of `tls-cert-file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key_file: Option<PathBuf>,
+    /// `ui.listen`: whether a TLS proxy in front serves it as HTTPS (default false).
+    #[serde(default)]
+    pub behind_tls_proxy: bool,
+    /// `ui.listen`: host names answered besides IP literals and `localhost` (default none).
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for UiSection {
@@ -378,6 +406,10 @@ impl Default for UiSection {
             token: None,
             token_file: None,
             sample_every: default_ui_sample_every(),
+            tls_cert_file: None,
+            tls_key_file: None,
+            behind_tls_proxy: false,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -394,6 +426,10 @@ impl Default for TelemetrySection {
             lag_interval: default_lag_interval(),
             report_every: default_report_every(),
             ui: false,
+            tls_cert_file: None,
+            tls_key_file: None,
+            behind_tls_proxy: false,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -523,6 +559,10 @@ pub enum OnRedirect {
     /// Reject the record (dead-lettered with `dlq.on-reject`).
     Reject,
 }
+
+/// The fewest characters a dashboard token (`ui.token`, `ui.token-file`) may have: 32 random
+/// characters cannot be guessed, even at the sign-in throttle's pace from many addresses.
+pub const MIN_UI_TOKEN_CHARS: usize = 32;
 
 /// The default route timeout for http and exec.
 pub const DEFAULT_ROUTE_TIMEOUT: Duration = Duration::from_secs(30);

@@ -6,7 +6,10 @@ use std::time::Duration;
 use super::model::{Config, DlqMode, DlqSection, HandlerKind, RECORD_ENV_PREFIX, RouteSection};
 use crate::dlq::DlqTopic;
 
+mod listeners;
 mod security;
+
+pub(crate) use listeners::ui_token_strength;
 
 /// A failed check: the key path (TOML segments) and what was expected.
 pub(crate) type Invalid = (Vec<String>, String);
@@ -235,7 +238,7 @@ fn check_telemetry(config: &Config) -> Result<(), Invalid> {
     check_ui(config)
 }
 
-/// `[ui]`: one token source at most, and no actionable dashboard off loopback without a token.
+/// `[ui]`: one token source at most, then the listeners' keys ([`listeners`]).
 fn check_ui(config: &Config) -> Result<(), Invalid> {
     let ui = &config.ui;
     match (&ui.token, &ui.token_file) {
@@ -245,9 +248,6 @@ fn check_ui(config: &Config) -> Result<(), Invalid> {
                 "set `token` or `token-file`, not both",
             ));
         }
-        (Some(token), None) if token.expose().trim().is_empty() => {
-            return Err(bad(&["ui", "token"], "expected a non-empty token"));
-        }
         (None, Some(path)) if path.as_os_str().is_empty() => {
             return Err(bad(&["ui", "token-file"], "expected the path of a file"));
         }
@@ -256,26 +256,7 @@ fn check_ui(config: &Config) -> Result<(), Invalid> {
     if ui.sample_every < Duration::from_millis(500) {
         return Err(bad(&["ui", "sample-every"], "expected at least 500ms"));
     }
-    let tokenless = ui.token.is_none() && ui.token_file.is_none();
-    if ui.allow_actions && tokenless {
-        let off_loopback = [
-            (!ui.listen.ip().is_loopback()).then_some(("ui.listen", ui.listen)),
-            config
-                .telemetry
-                .listen
-                .filter(|addr| config.telemetry.ui && !addr.ip().is_loopback())
-                .map(|addr| ("telemetry.listen", addr)),
-        ];
-        if let Some((key, addr)) = off_loopback.into_iter().flatten().next() {
-            return Err(bad(
-                &["ui", "allow-actions"],
-                format!(
-                    "the dashboard on `{key}` = {addr} is not on loopback: set `ui.token` or `ui.token-file` so that its actions need a bearer token"
-                ),
-            ));
-        }
-    }
-    Ok(())
+    listeners::check(config)
 }
 
 /// Checks one route; the path is relative to the route.
@@ -347,7 +328,13 @@ fn check_route(route: &RouteSection) -> Result<(), Invalid> {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(bad(
                     &["url"],
-                    format!("expected an http:// or https:// URL, found {url:?}"),
+                    // Only the scheme: the rest of a webhook URL may hold its credentials.
+                    match url.split_once("://") {
+                        Some((scheme, _)) => format!(
+                            "expected an http:// or https:// URL, found the scheme {scheme:?}"
+                        ),
+                        None => "expected an http:// or https:// URL, found no scheme".to_owned(),
+                    },
                 ));
             }
             check_tls_files(route, url)?;
@@ -439,7 +426,7 @@ fn check_tls_files(route: &RouteSection, url: &str) -> Result<(), Invalid> {
         if !url.starts_with("https://") {
             return Err(bad(
                 &[key],
-                format!("applies to https:// URLs only, this route's url is {url:?}"),
+                "applies to https:// URLs only, this route's url is http://",
             ));
         }
     }

@@ -8,7 +8,8 @@ use crate::browser::{
 };
 use crate::support::*;
 
-const TOKEN: &str = "ui-test-token-7f3a";
+/// 32 characters: shorter tokens are refused.
+const TOKEN: &str = "ui-test-token-7f3a-0123456789abc";
 
 /// The CSRF token in a page's forms.
 fn csrf(page: &str) -> String {
@@ -233,7 +234,7 @@ async fn an_actionable_dashboard_off_loopback_without_a_token_does_not_start() {
     assert!(!out.status.success());
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("`ui.allow-actions`") && stderr.contains("not on loopback"),
+        stderr.contains("`ui.listen`") && stderr.contains("not on loopback"),
         "{stderr}"
     );
 }

@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use super::*;
 
+mod listeners;
 mod security;
 
 const REFERENCE: &str = include_str!("../../../reference.toml");
@@ -363,20 +364,33 @@ fn broken_files_name_the_key_and_the_line() {
             12,
             "served on `telemetry.listen`, and none is set",
         ),
-        // An actionable dashboard off loopback without a token.
+        // A dashboard off loopback without a token, actionable or not.
         (
             format!("{MINIMAL}[ui]\nallow-actions = true\nlisten = \"0.0.0.0:9400\"\n"),
-            "ui.allow-actions",
-            12,
+            "ui.listen",
+            13,
             "`ui.listen` = 0.0.0.0:9400 is not on loopback: set `ui.token` or `ui.token-file`",
+        ),
+        (
+            format!("{MINIMAL}[ui]\nlisten = \"0.0.0.0:9400\"\n"),
+            "ui.listen",
+            12,
+            "is not on loopback",
         ),
         (
             format!(
                 "{MINIMAL}[telemetry]\nlisten = \"0.0.0.0:9464\"\nui = true\n[ui]\nallow-actions = true\n"
             ),
-            "ui.allow-actions",
-            15,
+            "telemetry.ui",
+            13,
             "`telemetry.listen` = 0.0.0.0:9464 is not on loopback",
+        ),
+        // A token that can be guessed.
+        (
+            format!("{MINIMAL}[ui]\ntoken = \"s3cr3t\"\n"),
+            "ui.token",
+            12,
+            "expected at least 32 characters, found 6",
         ),
         (
             format!("{MINIMAL}[ui]\ntoken = \"t\"\ntoken-file = \"/run/token\"\n"),
@@ -479,6 +493,28 @@ fn tls_files_belong_to_https_routes_and_come_in_pairs() {
             Err(err) => err,
         };
         assert_error(&err, key, line, says);
+    }
+    // An error about a route's url never quotes it: it may hold the endpoint's credentials.
+    for (url, extra, says) in [
+        (
+            "ftp://user:pw-s3cret@hooks.example/x?token=t0k3n",
+            "",
+            "found the scheme \"ftp\"",
+        ),
+        (
+            "user:pw-s3cret@hooks.example/x?token=t0k3n",
+            "",
+            "found no scheme",
+        ),
+        (
+            "http://user:pw-s3cret@hooks.example/x?token=t0k3n",
+            "ca-file = \"ca.pem\"",
+            "this route's url is http://",
+        ),
+    ] {
+        let err = parse(&http_route(url, extra)).expect_err(url).to_string();
+        assert!(err.contains(says), "{err}");
+        assert!(!err.contains("s3cret") && !err.contains("t0k3n"), "{err}");
     }
     let telemetry = format!(
         "{MINIMAL}[telemetry]\notlp-endpoint = \"https://c:4318\"\notlp-ca-file = \"ca.pem\"\n"
@@ -596,12 +632,12 @@ fn the_dashboard_is_read_only_by_default_and_its_token_is_never_shown() {
     assert_eq!(config.ui.listen.to_string(), "127.0.0.1:9400");
     assert_eq!(config.ui_token().unwrap(), None);
     let text = format!(
-        "{MINIMAL}[ui]\nallow-actions = true\nlisten = \"0.0.0.0:9400\"\ntoken = \"s3cr3t-ui\"\n"
+        "{MINIMAL}[ui]\nallow-actions = true\nlisten = \"0.0.0.0:9400\"\ntoken = \"s3cr3t-ui-0123456789abcdef-0123456\"\n"
     );
     let config = parse(&text).unwrap();
     assert_eq!(
         config.ui_token().unwrap().map(|t| t.expose().to_owned()),
-        Some("s3cr3t-ui".to_owned())
+        Some("s3cr3t-ui-0123456789abcdef-0123456".to_owned())
     );
     assert!(!format!("{config:?}").contains("s3cr3t-ui"));
     assert!(!config.to_toml().contains("s3cr3t-ui"));
