@@ -20,7 +20,7 @@ use crate::handlers;
 use crate::otel::Otel;
 use crate::report::{self, Reporter};
 use crate::stats::Stats;
-use crate::telemetry::TelemetryServer;
+use crate::telemetry::{Serving, TelemetryServer};
 use crate::ui::{self, Dashboard, WorkerView};
 
 pub(crate) async fn run(
@@ -40,6 +40,7 @@ pub(crate) async fn run(
         .collect::<anyhow::Result<Vec<_>>>()?;
     let telemetry = match config.telemetry.listen {
         Some(addr) => {
+            let serving = Serving::telemetry(&config.telemetry)?;
             let listener = TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("telemetry.listen: cannot listen on {addr}"))?;
@@ -51,15 +52,21 @@ pub(crate) async fn run(
                 };
                 let bound = listener.local_addr().unwrap_or(addr);
                 let topics = ui::dlq_topics(&config, &security).await;
-                let dashboard =
-                    Dashboard::start(Arc::new(config.clone()), Some(view), bound, topics)?;
-                tracing::info!("dashboard on http://{bound}/ui");
+                let dashboard = Dashboard::start(
+                    Arc::new(config.clone()),
+                    Some(view),
+                    bound,
+                    serving.https,
+                    topics,
+                )?;
+                tracing::info!("dashboard on {}://{bound}/ui", serving.scheme());
                 Some((ui::router(dashboard), health))
             } else {
                 None
             };
             Some(TelemetryServer::start(
                 listener,
+                serving,
                 otel.registry(),
                 config.kafka.bootstrap.clone(),
                 security.clone(),

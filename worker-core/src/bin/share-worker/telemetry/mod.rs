@@ -5,9 +5,14 @@
 //! Every answer comes from memory: the only network call is the dead-letter topic check, which
 //! runs in the background ([`dlq_topics`]) so that no client can make the worker open Kafka
 //! connections. The listener serves from the moment it is bound, so probes get answers while the
-//! worker is still joining its group.
+//! worker is still joining its group. [`server`] is the listener of `share-worker ui` too: both
+//! take HTTPS ([`certs`]), a `Host` allow-list ([`hosts`]) and connection slots that keep room
+//! for probes ([`admission`]).
 
+mod admission;
+mod certs;
 mod dlq_topics;
+mod hosts;
 mod routes;
 mod server;
 
@@ -23,7 +28,7 @@ use worker_core::security::Security;
 
 pub(crate) use routes::REQUEST_TIMEOUT;
 use routes::{Probes, WorkerState};
-pub(crate) use server::{Limits, Peer, serve};
+pub(crate) use server::{Peer, Serving, serve};
 
 /// `/healthz` fails once the dispatcher has not run for this long. It runs at least once a
 /// second while the worker runs, so this is ten missed wakes, not a busy moment.
@@ -44,11 +49,12 @@ pub(crate) struct TelemetryServer {
 }
 
 impl TelemetryServer {
-    /// Serves `listener` and starts checking that `dlq_topics` exist at `bootstrap` (connecting as
-    /// `security` says); with `pages` (the dashboard's routes and its view of the worker), serves
-    /// those too.
+    /// Serves `listener` as `serving` says and starts checking that `dlq_topics` exist at
+    /// `bootstrap` (connecting as `security` says); with `pages` (the dashboard's routes and its
+    /// view of the worker), serves those too.
     pub(crate) fn start(
         listener: TcpListener,
+        serving: Serving,
         registry: prometheus::Registry,
         bootstrap: String,
         security: Security,
@@ -72,7 +78,7 @@ impl TelemetryServer {
         let server = tokio::spawn(server::serve(
             listener,
             routes::with_pages(Arc::new(probes), pages),
-            Limits::default(),
+            serving,
             stop.clone(),
         ));
         Self {

@@ -13,8 +13,10 @@
 //!   selection or a filter — behind a confirmation page, through `dlq replay`'s own code
 //!   ([`jobs`]), each with an audit log line.
 //! - **Requests**: [`routes`] answers them, [`params`] reads what they ask for.
-//! - **Access** ([`guard`]): read-only unless `ui.allow-actions`; a token when one is set
-//!   (required for actions off loopback); CSRF and same-origin checks on every POST.
+//! - **Access** ([`guard`], [`throttle`]): read-only unless `ui.allow-actions`; a token when one
+//!   is set (required off loopback), sessions that expire, failed sign-ins throttled per address;
+//!   CSRF and same-origin checks on every POST. The listener ([`crate::telemetry::serve`]) adds
+//!   HTTPS, the `Host` allow-list and its connection limits.
 
 mod charts;
 mod dlq_index;
@@ -25,6 +27,7 @@ mod pages;
 mod params;
 mod routes;
 mod sampler;
+mod throttle;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -46,7 +49,7 @@ use worker_core::config::Config;
 use worker_core::kafka::Admin;
 use worker_core::security::Security;
 
-use crate::telemetry::{Limits, REQUEST_TIMEOUT, serve};
+use crate::telemetry::{REQUEST_TIMEOUT, Serving, serve};
 use dlq_index::DlqIndex;
 use guard::{Guard, Refusal};
 use jobs::Jobs;
@@ -57,6 +60,7 @@ use routes::{
 };
 pub(crate) use sampler::WorkerView;
 use sampler::{Samples, Sources};
+use throttle::Throttle;
 
 /// The largest form body (a selection of letters is a few kilobytes).
 const MAX_BODY: usize = 64 * 1024;
@@ -66,20 +70,22 @@ const READS: usize = 2;
 /// `share-worker ui`: serves the dashboard on `ui.listen` until ctrl-c / SIGTERM.
 pub(crate) async fn serve_standalone(config: Config) -> anyhow::Result<()> {
     let addr = config.ui.listen;
+    let serving = Serving::dashboard(&config.ui)?;
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("ui.listen: cannot listen on {addr}"))?;
     let bound = listener.local_addr().unwrap_or(addr);
     let topics = dlq_topics(&config, &config.security()?).await;
-    let dashboard = Dashboard::start(Arc::new(config), None, bound, topics)?;
+    let dashboard = Dashboard::start(Arc::new(config), None, bound, serving.https, topics)?;
+    let scheme = serving.scheme();
     let app = Router::new()
         .route("/", get(|| async { Redirect::to("/ui") }))
         .merge(router(dashboard.clone()))
         .fallback(|| async { (StatusCode::NOT_FOUND, "not found\n") });
     let stop = CancellationToken::new();
-    let server = tokio::spawn(serve(listener, app, Limits::default(), stop.clone()));
+    let server = tokio::spawn(serve(listener, app, serving, stop.clone()));
     tracing::info!(
-        "dashboard on http://{bound}/ui ({})",
+        "dashboard on {scheme}://{bound}/ui ({})",
         if dashboard.guard.actions_allowed() {
             "actions on"
         } else {
@@ -149,6 +155,7 @@ pub(crate) struct Dashboard {
     security: Security,
     client_id: String,
     guard: Guard,
+    throttle: Throttle,
     samples: Arc<Mutex<Samples>>,
     dlq: Arc<Vec<DlqIndex>>,
     jobs: Jobs,
@@ -165,25 +172,27 @@ impl Drop for Dashboard {
 
 impl Dashboard {
     /// Starts sampling and indexing `dlq_topics` (see [`dlq_topics`]); `listen` is the address
-    /// the pages are served on (whether it is loopback decides the host check). Call within a
+    /// the pages are served on, `https` whether browsers reach them over HTTPS. Call within a
     /// Tokio runtime.
     pub(crate) fn start(
         config: Arc<Config>,
         worker: Option<WorkerView>,
         listen: SocketAddr,
+        https: bool,
         dlq_topics: Vec<String>,
     ) -> anyhow::Result<Arc<Self>> {
         let security = config.security()?;
         let token = config.ui_token()?;
         let loopback = listen.ip().is_loopback();
-        if config.ui.allow_actions && token.is_none() && !loopback {
+        // Refused when the file is loaded too; `listen` is the address actually bound.
+        if token.is_none() && !loopback {
             anyhow::bail!(
-                "ui.allow-actions: the dashboard on {listen} is not on loopback: set ui.token or ui.token-file"
+                "the dashboard on {listen} is not on loopback: set ui.token or ui.token-file, or listen on 127.0.0.1"
             );
         }
-        if token.is_none() && !loopback {
+        if !loopback && !https {
             tracing::warn!(
-                "the dashboard on {listen} is not on loopback and has no ui.token: anyone who reaches it can read the dead letters"
+                "the dashboard on {listen} is served over plain HTTP: its token and session cookie cross the network in the clear; set tls-cert-file and tls-key-file, or behind-tls-proxy with a TLS proxy in front"
             );
         }
         let every = config.ui.sample_every;
@@ -216,7 +225,8 @@ impl Dashboard {
             samples.clone(),
         );
         Ok(Arc::new(Self {
-            guard: Guard::new(token, config.ui.allow_actions, loopback),
+            guard: Guard::new(token, config.ui.allow_actions, https),
+            throttle: Throttle::default(),
             config,
             security,
             client_id,
@@ -248,15 +258,26 @@ impl Dashboard {
 
     fn refused(&self, refusal: Refusal) -> Response {
         let status = match refusal {
-            Refusal::Unauthorized => StatusCode::UNAUTHORIZED,
+            Refusal::Unauthorized | Refusal::WrongToken => StatusCode::UNAUTHORIZED,
+            Refusal::Throttled(_) => StatusCode::TOO_MANY_REQUESTS,
             Refusal::ActionsOff | Refusal::Forgery => StatusCode::FORBIDDEN,
-            Refusal::ForeignHost => StatusCode::MISDIRECTED_REQUEST,
         };
-        if refusal == Refusal::Unauthorized {
-            let login = pages::login(&self.chrome(), self.guard.csrf(), Some(refusal.message()));
-            return (status, login).into_response();
+        let message = refusal.message();
+        let mut response = match refusal {
+            Refusal::Unauthorized | Refusal::WrongToken | Refusal::Throttled(_) => {
+                let login = pages::login(&self.chrome(), self.guard.csrf(), Some(&message));
+                (status, login).into_response()
+            }
+            Refusal::ActionsOff | Refusal::Forgery => self.page(status, "Refused", &message),
+        };
+        if let Refusal::Throttled(secs) = refusal
+            && let Ok(value) = axum::http::HeaderValue::from_str(&secs.to_string())
+        {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, value);
         }
-        self.page(status, "Refused", refusal.message())
+        response
     }
 
     /// Runs a blocking Kafka read, at most [`READS`] at once.
