@@ -1,7 +1,9 @@
 //! The dashboard's request handlers: each reads the dashboard's memory, or the cluster through
 //! the bounded reads of [`Dashboard::read`], and answers a page.
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
+use std::time::{Instant, SystemTime};
 
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, Request, State};
@@ -10,7 +12,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::Markup;
 
-use super::guard::{COOKIE, Refusal};
+use super::guard::Refusal;
 use super::letters::{self, Cursor};
 use super::pages::{self, FilterText, Tab};
 use super::params::{Params, filter_of, target_of};
@@ -21,12 +23,39 @@ use crate::telemetry::Peer;
 
 pub(crate) type Shared = State<Arc<Dashboard>>;
 
-/// Host and token checks before every page (the login page and the static files aside).
-pub(crate) async fn admit(State(dashboard): Shared, request: Request, next: Next) -> Response {
-    match dashboard.guard.admit(request.headers()) {
-        Ok(()) => next.run(request).await,
-        Err(refusal) => dashboard.refused(refusal),
+/// The address a request came from; every request through the listener has it.
+fn address(peer: Option<&Peer>) -> IpAddr {
+    peer.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| p.0.ip())
+}
+
+/// Token checks before every page (the login page and the static files aside); a wrong bearer
+/// token is a failed sign-in, and a throttled address's bearer token is not even checked.
+pub(crate) async fn admit(
+    State(dashboard): Shared,
+    peer: Option<axum::Extension<Peer>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let address = address(peer.as_deref());
+    if dashboard.guard.has_bearer(request.headers())
+        && let Some(wait) = dashboard.throttle.wait(address, Instant::now())
+    {
+        return dashboard.refused(Refusal::Throttled(wait.as_secs().max(1)));
     }
+    match dashboard.guard.admit(request.headers(), SystemTime::now()) {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => {
+            if refusal == Refusal::WrongToken {
+                failed_sign_in(&dashboard, address, "a request with a wrong bearer token");
+            }
+            dashboard.refused(refusal)
+        }
+    }
+}
+
+fn failed_sign_in(dashboard: &Dashboard, address: IpAddr, what: &str) {
+    dashboard.throttle.failed(address, Instant::now());
+    tracing::warn!(client = %address, "dashboard: {what}");
 }
 
 /// What the browser may do with the dashboard's answers: nothing from elsewhere, no framing,
@@ -255,7 +284,10 @@ pub(crate) async fn act(
     body: Bytes,
 ) -> Response {
     let params = Params::parse(&body);
-    if let Err(refusal) = dashboard.guard.act(&headers, params.get("csrf")) {
+    if let Err(refusal) = dashboard
+        .guard
+        .act(&headers, params.get("csrf"), SystemTime::now())
+    {
         return dashboard.refused(refusal);
     }
     if dashboard.index(&topic).is_none() {
@@ -307,7 +339,14 @@ pub(crate) async fn login_page(State(dashboard): Shared) -> Markup {
     pages::login(&dashboard.chrome(), dashboard.guard.csrf(), None)
 }
 
-pub(crate) async fn login(State(dashboard): Shared, headers: HeaderMap, body: Bytes) -> Response {
+/// The sign-in form: refused at once for an address with too many failed sign-ins, else the
+/// token checked and the session cookie set.
+pub(crate) async fn login(
+    State(dashboard): Shared,
+    peer: Option<axum::Extension<Peer>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let params = Params::parse(&body);
     if let Err(refusal) = dashboard.guard.form(&headers, params.get("csrf")) {
         return dashboard.refused(refusal);
@@ -315,26 +354,25 @@ pub(crate) async fn login(State(dashboard): Shared, headers: HeaderMap, body: By
     if !dashboard.guard.needs_token() {
         return Redirect::to("/ui").into_response();
     }
-    match dashboard.guard.login(params.get("token")) {
+    let address = address(peer.as_deref());
+    if let Some(wait) = dashboard.throttle.wait(address, Instant::now()) {
+        return dashboard.refused(Refusal::Throttled(wait.as_secs().max(1)));
+    }
+    match dashboard
+        .guard
+        .login(params.get("token"), SystemTime::now())
+    {
         Some(session) => {
-            let cookie = format!("{COOKIE}={session}; Path=/ui; HttpOnly; SameSite=Strict");
+            dashboard.throttle.succeeded(address);
             let mut response = Redirect::to("/ui").into_response();
-            if let Ok(value) = HeaderValue::from_str(&cookie) {
+            if let Ok(value) = HeaderValue::from_str(&dashboard.guard.cookie(&session)) {
                 response.headers_mut().insert(header::SET_COOKIE, value);
             }
             response
         }
         None => {
-            tracing::warn!("dashboard: a sign-in with a wrong token");
-            (
-                StatusCode::UNAUTHORIZED,
-                pages::login(
-                    &dashboard.chrome(),
-                    dashboard.guard.csrf(),
-                    Some("wrong token"),
-                ),
-            )
-                .into_response()
+            failed_sign_in(&dashboard, address, "a sign-in with a wrong token");
+            dashboard.refused(Refusal::WrongToken)
         }
     }
 }
