@@ -68,7 +68,7 @@ async fn send(
     Ok(())
 }
 
-fn header<'m>(message: &'m OwnedMessage, key: &str) -> Option<String> {
+fn header(message: &OwnedMessage, key: &str) -> Option<String> {
     message
         .headers()
         .and_then(|h| h.iter().filter(|h| h.key == key).last())

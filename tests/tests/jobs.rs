@@ -80,14 +80,21 @@ async fn typed_enqueue_writes_payload_key_headers_and_the_trace_context() -> any
     use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
     use tracing::Instrument;
     use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    use tracing_subscriber::Layer as _;
     use tracing_subscriber::layer::SubscriberExt;
 
     let (_admin, topic, _group) = prepared("enqueue", 1).await?;
     let producer = producer()?;
+    // A global subscriber that keeps this thread's spans: a thread-local one (`set_default`)
+    // can miss spans while the other tests of this binary register callsites on their threads.
     let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
-    let _default = tracing::subscriber::set_default(subscriber);
+    let this_thread = std::thread::current().id();
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("test"))
+        .with_filter(tracing_subscriber::filter::filter_fn(move |_| {
+            std::thread::current().id() == this_thread
+        }));
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))?;
 
     let sms = Sms {
         to: "+4915112345678".into(),

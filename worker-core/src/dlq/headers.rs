@@ -74,6 +74,10 @@ pub const FAILED_AT: &str = "share.dlq.failed.at";
 pub const WORKER: &str = "share.dlq.worker";
 /// The handler that failed on it.
 pub const HANDLER: &str = "share.dlq.handler";
+/// The record's own timestamp (ms since the epoch), when it has one. The letter is written at
+/// [`FAILED_AT`]'s time instead: a producer's back-dated timestamp must not place a letter inside
+/// an operator's "written since" (and its irreversible skip).
+pub const RECORD_TIMESTAMP: &str = "share.dlq.record.timestamp";
 
 /// `true` when the letter's value (and, when even that did not suffice, headers and key) was cut
 /// to fit the dead-letter topic.
@@ -179,6 +183,9 @@ pub(crate) fn provenance(
         (WORKER, worker.to_owned()),
         (HANDLER, letter.handler.to_string()),
     ];
+    if letter.delivery.timestamp >= 0 {
+        all.push((RECORD_TIMESTAMP, letter.delivery.timestamp.to_string()));
+    }
     if let Some(undecodable) = &letter.delivery.undecodable {
         let what = match undecodable.recovered {
             Recovered::RawRecord => UNDECODABLE_RECORD,

@@ -5,12 +5,14 @@
 //! A per-key limiter keeps one state per key. Keys are untrusted (a producer can send millions
 //! of distinct ones), so the state is bounded: a key is stored as a 64-bit hash (keyed per worker,
 //! so nobody can aim collisions; a collision only makes two keys share a limit, never exceed one),
-//! at most [`MAX_KEYS`] keys are kept, keys whose limit has fully replenished are evicted when the
-//! table is full, and while it is still full a record of a new key waits as if over its limit
-//! until entries age out (at most one burst period). Memory stays below a few MiB whatever the
-//! keys.
+//! and at most [`MAX_KEYS`] keys are kept. When the table is full, a new key first lets the
+//! limiter forget the keys whose limit has fully replenished — a scan of the table, made at most
+//! once per interval of the limit — and otherwise takes the place of the least recently used key.
+//! A new key is so never locked out; what an overflowing table costs is that a key unseen for
+//! longer than [`MAX_KEYS`] others may start afresh (its next burst early). Memory stays below a
+//! few MiB whatever the keys.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::num::NonZeroU32;
 use std::ops::Add;
@@ -197,13 +199,12 @@ impl fmt::Debug for Limiter {
 /// One limit per key, for at most [`MAX_KEYS`] keys (see the module docs).
 pub(crate) struct KeyedLimiter {
     limiter: RateLimiter<u64, KeyStates, TokioClock, NoOpMiddleware<Tick>>,
-    /// The same states as the limiter's, to ask whether a key has one.
+    /// The same states as the limiter's, to ask whether a key has one and to evict.
     states: KeyStates,
     interval: Duration,
-    /// How long a key's state lives after its last permit: one burst's worth of intervals
-    /// (governor forgets a state one interval after that).
-    lifetime: Duration,
     max_keys: usize,
+    /// When the table was last scanned for replenished keys.
+    scanned: Mutex<Option<Instant>>,
 }
 
 impl KeyedLimiter {
@@ -215,25 +216,34 @@ impl KeyedLimiter {
         let states = KeyStates::default();
         Self {
             interval: quota.replenish_interval(),
-            lifetime: quota.burst_size_replenished_in(),
             limiter: RateLimiter::new(quota, states.clone(), TokioClock),
             states,
-            max_keys,
+            max_keys: max_keys.max(1),
+            scanned: Mutex::new(None),
         }
     }
 
     /// Takes a permit for `key`, or says how long until one is there.
     pub(crate) fn check(&self, key: u64) -> std::result::Result<(), Duration> {
         if self.states.len() >= self.max_keys && !self.states.contains(key) {
-            self.limiter.retain_recent();
-            if self.states.len() >= self.max_keys {
-                // Every key kept is still limited: a new key waits until one ages out.
-                return Err(self.lifetime + self.interval);
-            }
+            self.scan_if_due();
+            while self.states.len() >= self.max_keys && self.states.evict_least_recent() {}
         }
         self.limiter
             .check_key(&key)
             .map_err(|not_until| not_until.wait_time_from(TokioClock.now()))
+    }
+
+    /// Lets the limiter forget fully replenished keys, at most once per interval.
+    fn scan_if_due(&self) {
+        let now = Instant::now();
+        let mut scanned = self.scanned.lock().unwrap_or_else(|e| e.into_inner());
+        if scanned.is_some_and(|at| now.saturating_duration_since(at) < self.interval) {
+            return;
+        }
+        *scanned = Some(now);
+        drop(scanned);
+        self.limiter.retain_recent();
     }
 
     /// The time between two permits of one key.
@@ -251,21 +261,40 @@ impl fmt::Debug for KeyedLimiter {
     }
 }
 
-/// The per-key states: a key's theoretical arrival time (governor's GCRA state), by key hash.
-/// Clones share the states.
+/// The per-key states: a key's theoretical arrival time (governor's GCRA state), by key hash,
+/// with the order in which keys were last used. Clones share the states.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct KeyStates {
-    states: Arc<Mutex<HashMap<u64, u64>>>,
+    table: Arc<Mutex<KeyTable>>,
+}
+
+#[derive(Debug, Default)]
+struct KeyTable {
+    /// Key → (theoretical arrival time, the use that last touched it).
+    states: HashMap<u64, (u64, u64)>,
+    /// Use → key, oldest first.
+    by_use: BTreeMap<u64, u64>,
+    uses: u64,
 }
 
 impl KeyStates {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, u64>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, KeyTable> {
         // Uncontended: only the dispatcher checks limits.
-        self.states.lock().unwrap_or_else(|e| e.into_inner())
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn contains(&self, key: u64) -> bool {
-        self.lock().contains_key(&key)
+        self.lock().states.contains_key(&key)
+    }
+
+    /// Forgets the least recently used key; `false` when there is none.
+    fn evict_least_recent(&self) -> bool {
+        let mut table = self.lock();
+        let Some((_, key)) = table.by_use.pop_first() else {
+            return false;
+        };
+        table.states.remove(&key);
+        true
     }
 }
 
@@ -277,10 +306,16 @@ impl StateStore for KeyStates {
         F: Fn(Option<Nanos>) -> std::result::Result<(T, Nanos), E>,
     {
         // The lock makes read-and-replace atomic, as the trait asks.
-        let mut states = self.lock();
-        let previous = states.get(key).copied().map(Nanos::from);
-        let (outcome, next) = f(previous)?;
-        states.insert(*key, next.into());
+        let mut table = self.lock();
+        let previous = table.states.get(key).copied();
+        let (outcome, next) = f(previous.map(|(tat, _)| Nanos::from(tat)))?;
+        table.uses += 1;
+        let used = table.uses;
+        if let Some((_, last)) = previous {
+            table.by_use.remove(&last);
+        }
+        table.by_use.insert(used, *key);
+        table.states.insert(*key, (next.into(), used));
         Ok(outcome)
     }
 }
@@ -289,19 +324,27 @@ impl ShrinkableKeyedStateStore<u64> for KeyStates {
     fn retain_recent(&self, drop_below: Nanos) {
         let drop_below = u64::from(drop_below);
         // A state at or below `drop_below` has replenished fully: forgetting it changes nothing.
-        self.lock().retain(|_, tat| *tat > drop_below);
+        let table = &mut *self.lock();
+        let by_use = &mut table.by_use;
+        table.states.retain(|_, (tat, used)| {
+            let keep = *tat > drop_below;
+            if !keep {
+                by_use.remove(used);
+            }
+            keep
+        });
     }
 
     fn shrink_to_fit(&self) {
-        self.lock().shrink_to_fit();
+        self.lock().states.shrink_to_fit();
     }
 
     fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().states.len()
     }
 
     fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.lock().states.is_empty()
     }
 }
 
@@ -373,17 +416,50 @@ mod tests {
         assert!(keyed.check(1).is_err(), "key 1 used its second");
         assert_eq!(keyed.check(2), Ok(()), "key 2 has its own limit");
         assert_eq!(keyed.check(3), Ok(()));
-        // Full of limited keys: a new key waits rather than growing the table.
-        let wait = keyed.check(4).expect_err("the table is full");
+        // Full of limited keys: a new key takes the place of the least recently used one (key 1),
+        // and the table does not grow.
+        assert_eq!(keyed.check(4), Ok(()), "a new key is never locked out");
         assert_eq!(keyed.states.len(), 3);
-        tokio::time::advance(wait).await;
-        // The old keys replenished: they are evicted and the new key gets its permit.
-        assert_eq!(keyed.check(4), Ok(()));
-        assert!(keyed.states.len() <= 3);
+        assert!(!keyed.states.contains(1) && keyed.states.contains(2));
+        assert!(keyed.check(2).is_err(), "key 2 kept its state");
         // Millions of distinct keys never grow it past the bound.
         for key in 10..10_000 {
             let _ = keyed.check(key);
         }
         assert!(keyed.states.len() <= 3);
+        assert_eq!(keyed.states.lock().by_use.len(), keyed.states.len());
+    }
+
+    /// A full table of keys limited to 1/h: a new key gets its permit at once (not in an hour),
+    /// and the table is scanned for replenished keys at most once per interval however many new
+    /// keys come.
+    #[tokio::test(start_paused = true)]
+    async fn a_full_table_of_hourly_keys_admits_new_keys_and_is_scanned_once_per_interval() {
+        let quota = RateLimit::new(1, Duration::from_secs(3_600))
+            .quota("rate-per-key")
+            .expect("valid");
+        let keyed = KeyedLimiter::bounded(quota, 1_000);
+        for key in 0..1_000 {
+            assert_eq!(keyed.check(key), Ok(()));
+        }
+        let first_scan = || *keyed.scanned.lock().unwrap();
+        for key in 1_000..5_000 {
+            assert_eq!(keyed.check(key), Ok(()), "new key {key}");
+        }
+        let scanned = first_scan().expect("scanned once");
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(keyed.check(9_999), Ok(()));
+        assert_eq!(
+            first_scan(),
+            Some(scanned),
+            "no second scan within the interval"
+        );
+        tokio::time::advance(Duration::from_secs(3_600)).await;
+        assert_eq!(keyed.check(10_000), Ok(()));
+        assert!(
+            first_scan() > Some(scanned),
+            "scanned again after the interval"
+        );
+        assert!(keyed.states.len() <= 1_000);
     }
 }

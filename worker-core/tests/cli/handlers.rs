@@ -92,3 +92,56 @@ async fn http_accepts_2xx_retries_429_and_rejects_400() {
     );
     assert!(slow[0].1.starts_with(&format!("{topic}-")), "{seen:?}");
 }
+
+/// An http route whose URL carries a password, a secret path and a query token, to a closed
+/// port: every attempt fails, the record is dead-lettered, and neither the letter's headers nor
+/// the worker's log (at debug) holds any of the secrets.
+#[tokio::test]
+async fn http_failures_name_the_url_without_its_secrets() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-http-secret");
+    let group = unique("cli-http-secret-group");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let route = format!(
+        "handler = \"http\"\nurl = \"http://hook-user:pw-s3cret@127.0.0.1:{port}/hook/k3y-path?token=t0k3n\"\ntimeout = \"2s\""
+    );
+    let cfg = scratch.write("worker.toml", &config(&group, &topic, &route));
+    let cfg = cfg.to_str().expect("utf-8 path");
+    setup_and_produce(&scratch, cfg, &topic, 1, &["job-1"], &[]).await;
+    let stats = scratch.0.join("stats.json");
+    let out = share_worker(
+        &[
+            "run",
+            "--config",
+            cfg,
+            "--exit-when-idle",
+            "3s",
+            "--stats-json",
+            stats.to_str().expect("utf-8 path"),
+        ],
+        &[("RUST_LOG", "debug")],
+    )
+    .await;
+    assert_ok(&out, "run");
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).expect("the stats file"))
+            .expect("stats JSON");
+    assert_eq!(count(&stats, "dlq"), 1, "{stats}");
+    let letter = &read_headers(&format!("{topic}.dlq"), 1)[0];
+    let error = header_value(letter, "share.dlq.error").expect("a share.dlq.error header");
+    assert!(
+        error.starts_with(&format!("http://127.0.0.1:{port}/hook/…: request failed")),
+        "{error}"
+    );
+    let log = text(&out.stderr);
+    assert!(log.contains(&format!("127.0.0.1:{port}/hook/…")), "{log}");
+    for secret in ["hook-user", "pw-s3cret", "k3y-path", "t0k3n"] {
+        for (key, value) in letter {
+            assert!(!text(value).contains(secret), "{secret} in {key}: {error}");
+        }
+        assert!(!log.contains(secret), "{secret} in the log: {log}");
+    }
+}

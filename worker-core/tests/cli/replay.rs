@@ -10,7 +10,7 @@ use worker_core::dlq::headers;
 
 use crate::support::*;
 
-/// A dead letter to write directly into a DLQ partition: value and headers.
+/// A dead letter to write directly into a DLQ partition: value (none if empty) and headers.
 struct Forged<'a> {
     partition: i32,
     value: &'a str,
@@ -35,6 +35,22 @@ fn letter<'a>(partition: i32, value: &'a str, topic: &'a str, reason: &'a str) -
     }
 }
 
+/// A broker's letter without the record, for `group`, pointing at `source`/0@`offset`.
+fn broker_letter<'a>(source: &'a str, offset: &'a str, group: &'a str) -> Forged<'a> {
+    Forged {
+        partition: 0,
+        value: "",
+        headers: vec![
+            (headers::BROKER_TOPIC, source.as_bytes()),
+            (headers::BROKER_PARTITION, b"0"),
+            (headers::BROKER_OFFSET, offset.as_bytes()),
+            (headers::BROKER_GROUP, group.as_bytes()),
+            (headers::BROKER_DELIVERY_COUNT, b"1"),
+            (headers::BROKER_MESSAGE, headers::BROKER_REJECTED.as_bytes()),
+        ],
+    }
+}
+
 /// Writes `letters` into `dlq` (key = value); their (partition, offset)s.
 async fn forge(dlq: &str, letters: &[Forged<'_>]) -> Vec<(i32, i64)> {
     let producer: FutureProducer = rdkafka::ClientConfig::new()
@@ -51,11 +67,14 @@ async fn forge(dlq: &str, letters: &[Forged<'_>]) -> Vec<(i32, i64)> {
                 value: Some(*value),
             });
         }
-        let record = FutureRecord::to(dlq)
+        let mut record: FutureRecord<'_, str, str> = FutureRecord::to(dlq)
             .partition(letter.partition)
             .key(letter.value)
-            .payload(letter.value)
             .headers(headers);
+        // An empty value stands for none, as a broker's letter without its record has.
+        if !letter.value.is_empty() {
+            record = record.payload(letter.value);
+        }
         let delivered = producer
             .send(record, Duration::from_secs(30))
             .await
@@ -248,19 +267,16 @@ async fn replays_each_letter_once_and_leaves_the_others_untouched() {
 
 /// `share.dlq.topic` is whatever the writer of the DLQ put there: only route topics are followed;
 /// `--to` names the target instead.
+/// Only letters of the configuration's routes are replayed, `--to` or not: a worker's letter
+/// naming another topic (or none), and a forged broker letter pointing at a record of another
+/// topic or written for another group, are refused and counted; nothing is copied.
 #[tokio::test]
-async fn a_letter_naming_another_topic_is_refused_unless_to_names_the_target() {
+async fn only_letters_of_the_routes_are_replayed_and_to_only_changes_where_they_go() {
     let scratch = Scratch::new();
     let topic = unique("cli-replay-route");
     let other = unique("cli-replay-other");
-    let cfg = setup(
-        &scratch,
-        "worker.toml",
-        &unique("cli-replay-group"),
-        &topic,
-        1,
-    )
-    .await;
+    let group = unique("cli-replay-group");
+    let cfg = setup(&scratch, "worker.toml", &group, &topic, 1).await;
     setup(
         &scratch,
         "other.toml",
@@ -269,6 +285,9 @@ async fn a_letter_naming_another_topic_is_refused_unless_to_names_the_target() {
         1,
     )
     .await;
+    // A record of another topic that a forged broker letter points at.
+    let secret = forge(&other, &[letter(0, "secret", &other, "none")]).await[0];
+    let secret_offset = secret.1.to_string();
     let dlq = format!("{topic}.dlq");
     let mut binary_target = letter(0, "binary-target", &topic, "rejected");
     binary_target.headers[1].1 = &[0xff, 0xfe, b'\n'];
@@ -283,23 +302,35 @@ async fn a_letter_naming_another_topic_is_refused_unless_to_names_the_target() {
             binary_target,
             no_target,
             binary_reason,
+            broker_letter(&other, &secret_offset, &group),
+            broker_letter(&topic, &secret_offset, "someone-elses-group"),
         ],
     )
     .await;
 
-    let stdout = replay(&cfg, &dlq, &[], &summary("replayed", 1, 0, 0, 3, 0)).await;
-    let at = |i: usize| format!("refused {dlq}/0@{}: ", written[i].1);
-    for line in [
-        format!(
-            "{}share.dlq.topic names \"{other}\", which is not a route topic",
-            at(0)
-        ),
-        format!("{}share.dlq.topic names \"\u{fffd}\u{fffd}\\n\"", at(1)),
-        format!("{}it has no share.dlq.topic header", at(2)),
-    ] {
-        assert!(stdout.contains(&line), "no {line:?} in:\n{stdout}");
-    }
-    assert!(records(&other).await.is_empty(), "wrote to {other}");
+    let refusals = |stdout: &str| {
+        let at = |i: usize| format!("refused {dlq}/0@{}: ", written[i].1);
+        for line in [
+            format!(
+                "{}share.dlq.topic names \"{other}\", which is not a route topic",
+                at(0)
+            ),
+            format!("{}share.dlq.topic names \"\u{fffd}\u{fffd}\\n\"", at(1)),
+            format!("{}it has no share.dlq.topic header", at(2)),
+            format!(
+                "{}__dlq.errors.topic names \"{other}\", which is not a route topic",
+                at(4)
+            ),
+            format!(
+                "{}a broker's letter of the group \"someone-elses-group\"",
+                at(5)
+            ),
+        ] {
+            assert!(stdout.contains(&line), "no {line:?} in:\n{stdout}");
+        }
+    };
+    let stdout = replay(&cfg, &dlq, &[], &summary("replayed", 1, 0, 0, 5, 0)).await;
+    refusals(&stdout);
     let replayed = records(&topic).await;
     assert_eq!(replayed.len(), 1);
     assert_eq!(replayed[0].value_text(), "binary-reason");
@@ -320,23 +351,30 @@ async fn a_letter_naming_another_topic_is_refused_unless_to_names_the_target() {
         assert!(text(&out.stderr).contains(error), "{}", text(&out.stderr));
     }
 
-    replay(
+    // `--to` sends a route's letter elsewhere, and refuses the same letters as before.
+    forge(&dlq, &[letter(0, "to-other", &topic, "rejected")]).await;
+    let stdout = replay(
         &cfg,
         &dlq,
-        &["--to", &topic],
-        &summary("replayed", 3, 0, 0, 0, 1),
+        &["--to", &other],
+        &summary("replayed", 1, 0, 0, 5, 1),
     )
     .await;
-    assert!(records(&other).await.is_empty(), "wrote to {other}");
-    let mut values: Vec<_> = records(&topic)
+    refusals(&stdout);
+    let values: Vec<_> = records(&other)
         .await
         .iter()
         .map(Record::value_text)
         .collect();
-    values.sort();
     assert_eq!(
         values,
-        ["binary-reason", "binary-target", "elsewhere", "no-target"]
+        ["secret", "to-other"],
+        "only the route's letter went to {other}"
+    );
+    assert_eq!(
+        records(&topic).await.len(),
+        1,
+        "nothing more went to {topic}"
     );
 }
 

@@ -1,5 +1,6 @@
-//! A dead letter as a Kafka record: the record's key, value, timestamp and own headers, the
-//! provenance headers, and, when it is cut, the truncation headers.
+//! A dead letter as a Kafka record: the record's key, value and own headers, the provenance
+//! headers (the record's timestamp among them), and, when it is cut, the truncation headers. The
+//! letter's own timestamp is when the worker gave up on the record.
 
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
@@ -15,6 +16,8 @@ pub(super) struct Letter<'a> {
     own_headers: Vec<&'a source::Header>,
     provenance: Vec<(&'static str, String)>,
     original_size: String,
+    /// When the worker gave up on the record, ms since the epoch: the letter's timestamp.
+    written_at: i64,
     pub(super) sizes: Sizes,
 }
 
@@ -43,11 +46,18 @@ impl<'a> Letter<'a> {
                 + header_size(headers::TRUNCATED.len(), "true".len())
                 + header_size(headers::ORIGINAL_SIZE.len(), original_size.len()),
         };
+        let written_at = letter
+            .failed_at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| {
+                i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+            });
         Self {
             delivery,
             own_headers,
             provenance,
             original_size,
+            written_at,
             sizes,
         }
     }
@@ -91,10 +101,7 @@ impl<'a> Letter<'a> {
         if let Some(value) = &self.delivery.value {
             record = record.payload(prefix(value, cut.map(|cut| cut.value)));
         }
-        if self.delivery.timestamp >= 0 {
-            record = record.timestamp(self.delivery.timestamp);
-        }
-        record
+        record.timestamp(self.written_at)
     }
 }
 
@@ -175,9 +182,14 @@ mod tests {
         let record = letter.record("orders.dlq", None);
         assert_eq!(record.key, Some(&b"customer-9"[..]));
         assert_eq!(record.payload, Some(&b"0123456789"[..]));
-        assert_eq!(record.timestamp, Some(1_700_000_000_000));
+        // Written at the time the worker gave up, the record's own time kept in a header.
+        assert_eq!(record.timestamp, Some(0));
+        assert_eq!(
+            header(&record, headers::RECORD_TIMESTAMP),
+            Some(&b"1700000000000"[..])
+        );
         let keys = header_keys(&record);
-        assert_eq!(keys.len(), 11, "{keys:?}");
+        assert_eq!(keys.len(), 12, "{keys:?}");
         assert_eq!(keys[0], "trace");
         assert_eq!(header(&record, headers::REASON), Some(&b"decode"[..]));
         assert_eq!(header(&record, headers::TRUNCATED), None);

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::{self, ThreadId};
 use std::time::Duration;
 
 use opentelemetry::metrics::{Meter, MeterProvider as _};
@@ -12,6 +14,8 @@ use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::layer::SubscriberExt;
 
 use super::support::{handler, run_until, seq, wait_until};
@@ -31,15 +35,32 @@ fn attribute<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
         .map(|kv| &kv.value)
 }
 
+/// The spans made on the calling thread, from a subscriber installed once for the whole test
+/// binary. A thread-local subscriber (`set_default`) loses spans while other tests register the
+/// same callsites on their threads; a global one that keeps only this thread's spans does not.
+/// One test may call it (the thread is fixed by the first call).
+fn traced_on_this_thread() -> (InMemorySpanExporter, SdkTracerProvider) {
+    static TRACED: OnceLock<(ThreadId, InMemorySpanExporter, SdkTracerProvider)> = OnceLock::new();
+    let (thread, exporter, provider) = TRACED.get_or_init(|| {
+        let exporter = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build();
+        let this_thread = thread::current().id();
+        let layer = tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("test"))
+            .with_filter(filter_fn(move |_| thread::current().id() == this_thread));
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
+            .expect("no other test installs a global subscriber");
+        (this_thread, exporter, provider.clone())
+    });
+    assert_eq!(*thread, thread::current().id(), "one test traces");
+    (exporter.clone(), provider.clone())
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_records_span_continues_its_traceparent_and_carries_the_documented_attributes() {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (exporter, provider) = traced_on_this_thread();
 
     let broker = MemoryBroker::new();
     broker.create_topic("sms", 1);

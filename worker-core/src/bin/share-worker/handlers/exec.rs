@@ -294,13 +294,9 @@ impl Tail {
 #[cfg(test)]
 mod tests {
     use std::path::Path;
-    use std::sync::Arc;
     use std::time::Instant;
 
-    use bytes::Bytes;
     use tokio_util::sync::CancellationToken;
-    use worker_core::config::Config;
-    use worker_core::source::{Delivery, DeliveryId, Lease};
 
     use super::*;
 
@@ -363,12 +359,10 @@ mod tests {
 
     /// An exec route running `sh -c script`, with `extra` route keys.
     fn exec(script: &str, extra: &str) -> Exec {
-        let text = format!(
-            "[kafka]\nbootstrap = \"x:1\"\n[worker]\ngroup = \"g\"\n[[route]]\ntopic = \"t\"\n\
-             handler = \"exec\"\ncommand = [\"sh\", \"-c\", '''{script}''']\n{extra}"
-        );
-        let config = Config::from_toml(&text, None, []).unwrap();
-        Exec::new(&config.routes[0], Duration::from_secs(30)).unwrap()
+        let route = super::super::test_route(&format!(
+            "handler = \"exec\"\ncommand = [\"sh\", \"-c\", '''{script}''']\n{extra}"
+        ));
+        Exec::new(&route, Duration::from_secs(30)).unwrap()
     }
 
     fn job(key: Option<&'static [u8]>) -> Job {
@@ -376,23 +370,7 @@ mod tests {
     }
 
     fn cancellable_job(key: Option<&'static [u8]>, cancel: CancellationToken) -> Job {
-        let delivery = Delivery {
-            id: DeliveryId {
-                topic: Arc::from("t"),
-                partition: 0,
-                offset: 7,
-                lease: Lease::default(),
-            },
-            key: key.map(Bytes::from_static),
-            value: Some(Bytes::from_static(b"payload")),
-            headers: Vec::new(),
-            timestamp: 0,
-            delivery_count: 1,
-            lock_duration: Duration::from_secs(30),
-            acquired_at: tokio::time::Instant::now(),
-            undecodable: None,
-        };
-        Job::new(delivery, cancel)
+        super::super::test_job("t", key, cancel)
     }
 
     /// Whether `pid` is a live (not zombie) process.

@@ -11,18 +11,35 @@ use worker_core::{Job, Outcome};
 use super::{first_chars, one_line};
 use crate::tls;
 
+/// The longest path segment a redacted URL shows (see [`redacted`]); longer ones may be tokens.
+const MAX_PLAIN_SEGMENT: usize = 24;
+
 /// How much of a `Location` header a reason quotes: it is the endpoint's to choose.
 const MAX_LOCATION_CHARS: usize = 200;
 
 /// Sends each record: 2xx accepts; 408, 429, 5xx, a timeout or a connection or TLS error retries
 /// (honouring `Retry-After` in seconds); a 3xx retries or rejects (`on-redirect`) and is never
 /// followed; any other status rejects. Only the status and headers are read: the body never is.
-#[derive(Debug)]
+///
+/// A webhook URL often carries its credential (`user:pw@`, `?token=`, a secret path segment), so
+/// a reason never quotes it: it names the [`shown`](Self::shown) form instead, and `Debug` too.
 pub(crate) struct Http {
     client: reqwest::Client,
     method: Method,
     url: Url,
+    /// The URL as reasons and logs name it: see [`redacted`].
+    shown: String,
     on_redirect: OnRedirect,
+}
+
+impl std::fmt::Debug for Http {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Http")
+            .field("method", &self.method)
+            .field("url", &self.shown)
+            .field("on_redirect", &self.on_redirect)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Http {
@@ -65,15 +82,19 @@ impl Http {
         Ok(Self {
             client,
             method,
+            shown: redacted(&url),
             url,
             on_redirect: route.on_redirect.unwrap_or_default(),
         })
     }
 
     pub(crate) async fn handle(&self, job: &Job) -> Outcome {
-        // Where the job was enqueued: for a record back from the delay topic, the record it was
-        // moved from, so the endpoint sees one idempotency key for all of a job's attempts.
-        let (topic, partition, offset) = job.origin();
+        // The record actually delivered, never what its headers claim: a record back from the
+        // delay topic names the record it was moved from in headers anyone who can write the
+        // delay topic can forge, and a forged key would make the endpoint drop a real job as a
+        // repeat of it. A moved job so has a key per move; its retries in place share one.
+        let id = job.id();
+        let (topic, partition, offset) = (&*id.topic, id.partition, id.offset);
         let body = job.payload().cloned().unwrap_or_default();
         let request = self
             .client
@@ -87,15 +108,53 @@ impl Http {
         match request.send().await {
             // The response is dropped unread: a large or endless body costs nothing.
             Ok(response) => classify(response.status(), response.headers(), self.on_redirect),
-            Err(err) => match tls::failure_reason(&err) {
-                Some(reason) => Outcome::retry(reason),
-                None if err.is_timeout() => {
-                    Outcome::retry(format!("timed out: {}", with_causes(&err)))
+            Err(err) => {
+                // reqwest's message quotes the whole URL, credentials and all.
+                let err = err.without_url();
+                let url = &self.shown;
+                match tls::failure_reason(&err) {
+                    Some(reason) => Outcome::retry(format!("{url}: {reason}")),
+                    None if err.is_timeout() => {
+                        Outcome::retry(format!("{url}: timed out: {}", with_causes(&err)))
+                    }
+                    None => Outcome::retry(format!("{url}: request failed: {}", with_causes(&err))),
                 }
-                None => Outcome::retry(format!("request failed: {}", with_causes(&err))),
-            },
+            }
         }
     }
+}
+
+/// `url` as a reason or a log line may name it: scheme, host and port, and the path with every
+/// segment masked but leading plain words (`/api/webhooks/…/…`). Userinfo, query and fragment
+/// are dropped. Webhook URLs carry their credentials in all of those: `user:pw@`, `?token=`,
+/// a last segment (`/services/T0/B0/secret`), a segment with digits (`/bot123:AA…/send`).
+pub(crate) fn redacted(url: &Url) -> String {
+    let mut shown = format!("{}://{}", url.scheme(), url.host_str().unwrap_or(""));
+    if let Some(port) = url.port() {
+        shown.push_str(&format!(":{port}"));
+    }
+    let segments: Vec<&str> = url
+        .path_segments()
+        .into_iter()
+        .flatten()
+        .filter(|s| !s.is_empty())
+        .collect();
+    let plain = |segment: &&&str| {
+        segment.len() <= MAX_PLAIN_SEGMENT
+            && segment
+                .bytes()
+                .all(|b| b.is_ascii_alphabetic() || matches!(b, b'-' | b'_' | b'.'))
+    };
+    let kept = segments
+        .iter()
+        .take(segments.len().saturating_sub(1))
+        .take_while(plain)
+        .count();
+    for (i, segment) in segments.iter().enumerate() {
+        shown.push('/');
+        shown.push_str(if i < kept { segment } else { "…" });
+    }
+    shown
 }
 
 /// `err` and its causes, `: `-separated: reqwest's own message names none ("error sending request
@@ -221,6 +280,62 @@ mod tests {
             )) && reason.contains("Connection refused"),
             "{reason}"
         );
+    }
+
+    #[test]
+    fn a_url_is_named_without_its_secrets() {
+        let cases = [
+            (
+                "https://user:pw@hooks.example.com/hook?token=t0k3n#f",
+                "https://hooks.example.com/…",
+            ),
+            ("http://127.0.0.1:8080/send", "http://127.0.0.1:8080/…"),
+            (
+                "https://hooks.slack.com/services/T00/B00/XXXX",
+                "https://hooks.slack.com/services/…/…/…",
+            ),
+            (
+                "https://x.example/api/webhooks/123/abc",
+                "https://x.example/api/webhooks/…/…",
+            ),
+            (
+                "https://api.telegram.org/bot123:AAsecret/sendMessage",
+                "https://api.telegram.org/…/…",
+            ),
+            ("https://x.example/", "https://x.example"),
+            ("http://[::1]:9/a//b", "http://[::1]:9/a/…"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(redacted(&Url::parse(url).unwrap()), shown, "{url}");
+        }
+    }
+
+    /// A refused connection to a URL with a password and a query token: the reason names the
+    /// host and port, and neither secret.
+    #[tokio::test]
+    async fn a_failure_reason_carries_no_secret_of_the_url() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let url = format!("http://user:s3cret-pw@127.0.0.1:{port}/hook/k3y-path?token=t0k3n");
+        let route = super::super::test_route(&format!("handler = \"http\"\nurl = \"{url}\""));
+        let http = Http::new(&route, Duration::from_secs(5)).unwrap();
+        let job = super::super::test_job("t", None, Default::default());
+        let Outcome::Retry { reason, .. } = http.handle(&job).await else {
+            panic!("a refused connection retries");
+        };
+        assert!(
+            reason.starts_with(&format!("http://127.0.0.1:{port}/hook/…: request failed")),
+            "{reason}"
+        );
+        for secret in ["s3cret-pw", "user", "t0k3n", "k3y-path", "token"] {
+            assert!(!reason.contains(secret), "{secret} in {reason}");
+            assert!(
+                !format!("{http:?}").contains(secret),
+                "{secret} in {http:?}"
+            );
+        }
     }
 
     #[test]

@@ -120,6 +120,45 @@ fn one_line(text: &str) -> String {
     out
 }
 
+/// A job of `topic` at partition 0, offset 7, delivered once, with the payload `payload`.
+#[cfg(test)]
+fn test_job(
+    topic: &str,
+    key: Option<&'static [u8]>,
+    cancel: tokio_util::sync::CancellationToken,
+) -> Job {
+    use worker_core::source::{Delivery, DeliveryId, Lease};
+    let delivery = Delivery {
+        id: DeliveryId {
+            topic: Arc::from(topic),
+            partition: 0,
+            offset: 7,
+            lease: Lease::default(),
+        },
+        key: key.map(bytes::Bytes::from_static),
+        value: Some(bytes::Bytes::from_static(b"payload")),
+        headers: Vec::new(),
+        timestamp: 0,
+        delivery_count: 1,
+        lock_duration: Duration::from_secs(30),
+        acquired_at: tokio::time::Instant::now(),
+        undecodable: None,
+    };
+    Job::new(delivery, cancel)
+}
+
+/// The first route of a one-route configuration whose route is `route` (TOML keys after
+/// `topic = "t"`).
+#[cfg(test)]
+fn test_route(route: &str) -> RouteSection {
+    let text = format!(
+        "[kafka]\nbootstrap = \"x:1\"\n[worker]\ngroup = \"g\"\n[[route]]\ntopic = \"t\"\n{route}"
+    );
+    let config = worker_core::config::Config::from_toml(&text, None, [])
+        .unwrap_or_else(|err| panic!("{err}"));
+    config.routes[0].clone()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

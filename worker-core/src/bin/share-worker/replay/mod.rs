@@ -5,6 +5,7 @@
 //! Each selected letter ([`select`]) is republished and then marked replayed in the topic itself
 //! ([`republish`]); later runs see the marker and leave it alone.
 
+pub(crate) mod markers;
 mod original;
 pub(crate) mod provenance;
 mod republish;
@@ -223,6 +224,7 @@ pub(crate) async fn execute(
         reason: request.reason.as_deref(),
         to: request.to.as_deref(),
         routes: &routes,
+        group: &config.worker.group,
         letters: request.letters.as_ref(),
         since_ms: request.since_ms,
         until_ms: request.until_ms,

@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 use worker_core::dlq::headers::{self, MarkerKind};
 use worker_core::security::{KafkaContext, Security};
 
+use super::markers::{self, Markers};
 use crate::librdkafka;
 
 /// How long a read may go without any record or end of partition before it gives up.
@@ -109,41 +110,6 @@ pub(crate) fn shown(bytes: &[u8]) -> String {
         out.push('…');
     }
     out
-}
-
-/// The markers of a topic: per partition, the offsets of the letters that are done.
-#[derive(Debug, Default)]
-pub(crate) struct Markers(HashMap<i32, HashMap<i64, MarkerKind>>);
-
-impl Markers {
-    /// Records that the letter at `partition`/`offset` is done. A letter marked both replayed and
-    /// skipped counts as replayed: it was republished.
-    pub(crate) fn insert(&mut self, partition: i32, offset: i64, kind: MarkerKind) {
-        let letters = self.0.entry(partition).or_default();
-        if letters.get(&offset) != Some(&MarkerKind::Replayed) {
-            letters.insert(offset, kind);
-        }
-    }
-
-    /// How many letters are marked replayed, and how many skipped.
-    pub(crate) fn done(&self) -> (u64, u64) {
-        let mut done = (0, 0);
-        for kind in self.0.values().flat_map(HashMap::values) {
-            match kind {
-                MarkerKind::Replayed => done.0 += 1,
-                _ => done.1 += 1,
-            }
-        }
-        done
-    }
-
-    /// The status of the letter at `partition`/`offset`.
-    pub(crate) fn status(&self, partition: i32, offset: i64) -> LetterStatus {
-        self.0
-            .get(&partition)
-            .and_then(|p| p.get(&offset))
-            .map_or(LetterStatus::Pending, |k| LetterStatus::Done(*k))
-    }
 }
 
 /// Which pass of a scan is reading.
@@ -261,36 +227,48 @@ impl DlqScan {
             .sum()
     }
 
-    /// Reads every marker. `progress` gets the number of records read so far. Blocking.
+    /// Reads every marker (see [`Markers`]). `progress` gets the number of records read so far.
+    /// Fails when the topic is too fragmented to tell which letters are done. Blocking.
     pub(crate) fn markers(&self, mut progress: impl FnMut(u64)) -> anyhow::Result<Markers> {
         let mut markers = Markers::default();
+        let mut malformed = 0u64;
         let mut read = 0;
         self.read(|message| {
             read += 1;
             progress(read);
             let (partition, offset) = (message.partition(), message.offset());
             match marker(message) {
-                Marker::None => {}
-                Marker::Valid { offset: letter, kind } if letter < offset => {
-                    markers.insert(partition, letter, kind);
+                Marker::None => markers.letter(partition, offset),
+                Marker::Valid {
+                    offset: letter,
+                    kind,
+                } => {
+                    // Counted by `markers`; said once below.
+                    let _ = markers.marker(partition, offset, letter, kind);
                 }
-                Marker::Valid { offset: letter, .. } => tracing::warn!(
-                    "ignoring the marker {}/{partition}@{offset}: it names offset {letter}, not an earlier one",
-                    self.topic
-                ),
-                Marker::UnknownKind(kind) => tracing::warn!(
-                    "ignoring the marker {}/{partition}@{offset}: unknown kind \"{kind}\"",
-                    self.topic
-                ),
-                Marker::BadOffset(text) => tracing::warn!(
-                    "ignoring the marker {}/{partition}@{offset}: {} is {}, not a decimal offset",
-                    self.topic,
-                    headers::MARKER_OFFSET,
-                    text.map_or_else(|| "missing".to_owned(), |t| format!("\"{t}\"")),
-                ),
+                Marker::UnknownKind(_) | Marker::BadOffset(_) => {
+                    malformed += 1;
+                    markers.no_letter(partition, offset);
+                }
             }
             ControlFlow::Continue(())
         })?;
+        anyhow::ensure!(
+            !markers.overflowed(),
+            "{}: its letters and markers interleave more than {} times, so which letters are done \
+             cannot be told in bounded memory; nothing is replayed or skipped",
+            self.topic,
+            markers::MAX_RUNS
+        );
+        if markers.ignored() + malformed > 0 {
+            tracing::warn!(
+                "{}: ignored {} markers that name no letter before them and {malformed} that do not parse ({} and {} headers)",
+                self.topic,
+                markers.ignored(),
+                headers::MARKER,
+                headers::MARKER_OFFSET,
+            );
+        }
         Ok(markers)
     }
 
@@ -316,7 +294,10 @@ impl DlqScan {
                 key: message.key().map(<[u8]>::to_vec),
                 value: message.payload().map(<[u8]>::to_vec),
                 headers: owned_headers(message),
-                status: markers.status(partition, offset),
+                // `markers` refused to be built past its bound: every status is known.
+                status: markers
+                    .status(partition, offset)
+                    .unwrap_or(LetterStatus::Pending),
                 timestamp_ms: message.timestamp().to_millis(),
             })
         })
@@ -655,28 +636,6 @@ mod tests {
         assert_eq!(
             parse_marker(b"replayed", Some(&[0xff, b'1'])),
             Marker::BadOffset(Some("\u{fffd}1".into()))
-        );
-    }
-
-    #[test]
-    fn a_replayed_marker_wins() {
-        let mut markers = Markers::default();
-        markers.insert(0, 5, MarkerKind::Replayed);
-        markers.insert(0, 5, MarkerKind::Skipped);
-        markers.insert(1, 5, MarkerKind::Skipped);
-        assert_eq!(
-            markers.status(0, 5),
-            LetterStatus::Done(MarkerKind::Replayed)
-        );
-        assert_eq!(
-            markers.status(1, 5),
-            LetterStatus::Done(MarkerKind::Skipped)
-        );
-        assert_eq!(markers.status(1, 6), LetterStatus::Pending);
-        markers.insert(1, 5, MarkerKind::Replayed);
-        assert_eq!(
-            markers.status(1, 5),
-            LetterStatus::Done(MarkerKind::Replayed)
         );
     }
 

@@ -1,9 +1,11 @@
 //! Which letters a replay takes, and where each one goes: pure rules, no I/O.
 //!
-//! The target is never the letter's own say: its source topic (`share.dlq.topic`, or a broker's
-//! `__dlq.errors.topic`) is written by whoever wrote to the dead-letter topic, so it is only
-//! followed when it names one of the configured routes' topics, unless the operator names the
-//! target with `--to`.
+//! A letter's headers are written by whoever can write the dead-letter topic, so they never name
+//! a destination or a record on their own say: a letter is replayed only when its source topic
+//! (`share.dlq.topic`, or a broker's `__dlq.errors.topic`) is one of the configured routes'
+//! topics and, for a broker's letter, its `__dlq.errors.group` is the configured group. `--to`
+//! changes where such a letter goes, never which letters may go: otherwise a forged broker
+//! letter naming any topic, partition and offset would have the operator copy that record.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -27,8 +29,10 @@ pub(crate) struct Selection<'a> {
     pub(crate) until_ms: Option<i64>,
     /// Every selected letter goes here, whatever it names.
     pub(crate) to: Option<&'a str>,
-    /// The topics a letter may name as its target (the configured routes' topics).
+    /// The topics a letter may name as its source (the configured routes' topics).
     pub(crate) routes: &'a [String],
+    /// The configured share group: a broker's letter must name it.
+    pub(crate) group: &'a str,
 }
 
 /// What to do with one letter.
@@ -55,10 +59,12 @@ pub(crate) enum Refusal {
     Truncated { original_size: Option<String> },
     /// The record did not decode (`record`: the value is its raw bytes; `batch`: nothing left).
     Undecodable { what: String },
-    /// It names no target and no `--to` was given.
+    /// It names no source topic.
     NoTarget,
     /// It names (in `header`) a topic that is not a route's.
     NotARoute { header: &'static str, named: String },
+    /// A broker's letter of another share group (or of none it names).
+    OtherGroup { named: Option<String> },
     /// A broker's letter without the record, whose source it does not name readably.
     NoSource,
 }
@@ -102,13 +108,15 @@ impl Selection<'_> {
         if let Some(what) = provenance.undecodable {
             return Decision::Refused(Refusal::Undecodable { what: what.shown() });
         }
+        if provenance.writer == Writer::Broker
+            && !provenance.group.as_ref().is_some_and(|g| g.is(self.group))
+        {
+            return Decision::Refused(Refusal::OtherGroup {
+                named: provenance.group.map(|g| g.shown()),
+            });
+        }
         if provenance.content == Content::HeadersOnly && provenance.source().is_none() {
             return Decision::Refused(Refusal::NoSource);
-        }
-        if let Some(to) = self.to {
-            return Decision::Replay {
-                target: to.to_owned(),
-            };
         }
         let Some(named) = provenance.topic else {
             return Decision::Refused(if provenance.writer == Writer::Broker {
@@ -117,18 +125,18 @@ impl Selection<'_> {
                 Refusal::NoTarget
             });
         };
-        match self.routes.iter().find(|r| named.is(r)) {
-            Some(route) => Decision::Replay {
-                target: route.clone(),
-            },
-            None => Decision::Refused(Refusal::NotARoute {
+        let Some(route) = self.routes.iter().find(|r| named.is(r)) else {
+            return Decision::Refused(Refusal::NotARoute {
                 header: if provenance.writer == Writer::Broker {
                     headers::BROKER_TOPIC
                 } else {
                     headers::TOPIC
                 },
                 named: named.shown(),
-            }),
+            });
+        };
+        Decision::Replay {
+            target: self.to.unwrap_or(route.as_str()).to_owned(),
         }
     }
 }
@@ -153,12 +161,22 @@ impl fmt::Display for Refusal {
             Refusal::Undecodable { what } => write!(f, "the record did not decode ({what})"),
             Refusal::NoTarget => write!(
                 f,
-                "it has no {} header; pass --to TOPIC to choose the target",
+                "it has no {} header: it names no route it came from",
                 headers::TOPIC
             ),
             Refusal::NotARoute { header, named } => write!(
                 f,
-                "{header} names \"{named}\", which is not a route topic of the configuration; pass --to TOPIC to choose the target"
+                "{header} names \"{named}\", which is not a route topic of the configuration: only letters of its routes are replayed"
+            ),
+            Refusal::OtherGroup { named: Some(named) } => write!(
+                f,
+                "a broker's letter of the group \"{named}\" ({}), not of the configured group",
+                headers::BROKER_GROUP
+            ),
+            Refusal::OtherGroup { named: None } => write!(
+                f,
+                "a broker's letter without a {} header: it names no group",
+                headers::BROKER_GROUP
             ),
             Refusal::NoSource => write!(
                 f,
@@ -205,6 +223,7 @@ mod tests {
         let routes = ["sms".to_owned(), "mail".to_owned()];
         let any = Selection {
             routes: &routes,
+            group: "g",
             ..Selection::default()
         };
         let rejected = Selection {
@@ -257,8 +276,17 @@ mod tests {
                     named: "payments".into(),
                 }),
             ),
-            (&to_mail, &elsewhere, replay("mail")),
-            (&to_mail, &nameless, replay("mail")),
+            // `--to` chooses where a route's letter goes, never which letters may go.
+            (
+                &to_mail,
+                &elsewhere,
+                Decision::Refused(Refusal::NotARoute {
+                    header: headers::TOPIC,
+                    named: "payments".into(),
+                }),
+            ),
+            (&to_mail, &nameless, Decision::Refused(Refusal::NoTarget)),
+            (&to_mail, &sms, replay("mail")),
             (&any, &repeated, replay("mail")),
             (
                 &to_mail,
@@ -312,6 +340,7 @@ mod tests {
             until_ms: None,
             to: None,
             routes: &routes,
+            group: "g",
         };
         let rejects = Selection {
             reason: Some("broker_rejected"),
@@ -337,6 +366,14 @@ mod tests {
         if let Ok(h) = &mut sourceless.headers {
             h.retain(|h| h.key != headers::BROKER_OFFSET);
         }
+        let mut other_group = broker(b"sms", headers::BROKER_REJECTED, false);
+        let mut groupless = other_group.clone();
+        if let (Ok(other), Ok(none)) = (&mut other_group.headers, &mut groupless.headers) {
+            for h in other.iter_mut().filter(|h| h.key == headers::BROKER_GROUP) {
+                h.value = Some(b"payments-workers".to_vec());
+            }
+            none.retain(|h| h.key != headers::BROKER_GROUP);
+        }
         let table: &[(&Selection<'_>, &Letter, Decision)] = &[
             (&any, &rejected, replay("sms")),
             (&any, &headers_only, replay("sms")),
@@ -354,6 +391,27 @@ mod tests {
             ),
             (&any, &sourceless, Decision::Refused(Refusal::NoSource)),
             (&to_sms, &sourceless, Decision::Refused(Refusal::NoSource)),
+            // A forged pointer at another topic's record is not followed, whatever `--to` says.
+            (
+                &to_sms,
+                &elsewhere,
+                Decision::Refused(Refusal::NotARoute {
+                    header: headers::BROKER_TOPIC,
+                    named: "payments".into(),
+                }),
+            ),
+            (
+                &to_sms,
+                &other_group,
+                Decision::Refused(Refusal::OtherGroup {
+                    named: Some("payments-workers".into()),
+                }),
+            ),
+            (
+                &any,
+                &groupless,
+                Decision::Refused(Refusal::OtherGroup { named: None }),
+            ),
         ];
         for (i, (selection, letter, expected)) in table.iter().enumerate() {
             assert_eq!(&selection.decide(letter), expected, "row {i}");
@@ -381,6 +439,7 @@ mod tests {
                 since_ms,
                 until_ms,
                 routes: &routes,
+                group: "g",
                 ..Selection::default()
             };
             assert_eq!(selection.decide(&sms), expected, "case {i}");

@@ -19,8 +19,9 @@ use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use worker_core::security::{KafkaContext, Security};
 
+use crate::replay::markers::Markers;
 use crate::replay::provenance::{self, Provenance};
-use crate::replay::scan::{self, LetterStatus, Marker, Markers};
+use crate::replay::scan::{self, LetterStatus, Marker};
 
 /// The most distinct reasons (and source topics) counted one by one.
 pub(crate) const MAX_KEYS: usize = 64;
@@ -72,10 +73,13 @@ impl IndexState {
         self.high.values().sum()
     }
 
-    /// The letter's status, or `None` while the index has not read past where its marker would be.
+    /// The letter's status, or `None` while the index has not read past where its marker would
+    /// be, or when the topic is too fragmented to tell ([`Markers`]).
     pub(crate) fn status(&self, partition: i32, offset: i64) -> Option<LetterStatus> {
-        self.caught_up()
-            .then(|| self.markers.status(partition, offset))
+        if !self.caught_up() {
+            return None;
+        }
+        self.markers.status(partition, offset)
     }
 
     fn count(map: &mut BTreeMap<String, u64>, key: String) {
@@ -93,8 +97,13 @@ impl IndexState {
             Marker::Valid {
                 offset: letter,
                 kind,
-            } if letter < offset => self.markers.insert(partition, letter, kind),
+            } => {
+                // A marker that names no letter before it is ignored (and counted), as by
+                // `dlq replay`.
+                let _ = self.markers.marker(partition, offset, letter, kind);
+            }
             Marker::None => {
+                self.markers.letter(partition, offset);
                 // The worker's letters and a Kafka 4.4 broker's alike (`replay::provenance`).
                 let provenance = provenance::of_message(message);
                 let reason = provenance.as_ref().map(Provenance::reason_shown);
@@ -103,8 +112,9 @@ impl IndexState {
                 Self::count(&mut self.reasons, reason.unwrap_or_else(|| "?".to_owned()));
                 Self::count(&mut self.sources, source.unwrap_or_else(|| "?".to_owned()));
             }
-            // A marker that names no earlier letter is ignored, as by `dlq replay`.
-            _ => {}
+            Marker::UnknownKind(_) | Marker::BadOffset(_) => {
+                self.markers.no_letter(partition, offset);
+            }
         }
     }
 }

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use worker_core::security::Security;
 
+use crate::replay::markers::Markers;
 use crate::replay::provenance::{Text, Writer};
-use crate::replay::scan::{DlqScan, Letter, LetterHeader, Markers};
+use crate::replay::scan::{DlqScan, Letter, LetterHeader};
 
 /// Letters on a page.
 pub(crate) const PAGE: usize = 50;

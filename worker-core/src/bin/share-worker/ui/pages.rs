@@ -227,6 +227,9 @@ pub(crate) fn counts(topic: &str, state: &IndexState) -> Markup {
     html! {
         div.card.counts data-topic=(topic) {
             @if let Some(problem) = &state.problem { p.error { (problem) } }
+            @if state.markers.overflowed() {
+                p.error { "Its letters and markers interleave more than " (crate::replay::markers::MAX_RUNS) " times: which letters are done is not tracked past that, so no letter shows a status." }
+            }
             div.stats {
                 div.stat { div.n.letters { (state.letters) } div.l { "letters read" } }
                 div.stat { div.n { (state.letters.saturating_sub(replayed + skipped)) } div.l { "pending" } }
