@@ -1,5 +1,6 @@
 //! The telemetry listener (`/healthz`, `/readyz`, `/metrics`) and OTLP export.
 
+mod exposed;
 mod listener;
 
 use std::process::Stdio;

@@ -1,6 +1,8 @@
-//! The listener's limits through the binary: a connection cap, a deadline for the request head,
-//! and a `/readyz` answered from memory (no Kafka client per request).
+//! The listener's limits through the binary: a connection cap per client and in all that idle
+//! connections cannot fill against a probe, a deadline for the request head, and a `/readyz`
+//! answered from memory (no Kafka client per request).
 
+use std::net::{IpAddr, SocketAddr};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio::process::{Child, Command};
 
 use super::get;
@@ -16,6 +18,7 @@ use crate::support::*;
 
 /// The binary's limits (`telemetry/server.rs`).
 const MAX_CONNECTIONS: usize = 64;
+const MAX_PER_PEER: usize = 16;
 const HEAD_DEADLINE: Duration = Duration::from_secs(5);
 /// `/readyz` requests in flight at once in the readiness test.
 const CONCURRENT: usize = 32;
@@ -24,14 +27,23 @@ const SLACK: Duration = Duration::from_secs(3);
 
 /// A worker with a listener on a free port, over `text_cfg` with `[telemetry] listen` added;
 /// setup ran with `setup_cfg` (the same file when `None`).
-struct Running {
+pub(super) struct Running {
     child: Child,
-    port: u16,
+    pub(super) port: u16,
     _scratch: Scratch,
 }
 
 impl Running {
     async fn start(text_cfg: &str, setup_cfg: Option<&str>) -> Self {
+        Self::start_with(text_cfg, setup_cfg, "").await
+    }
+
+    /// [`Running::start`] with `telemetry` lines added to `[telemetry]`.
+    pub(super) async fn start_with(
+        text_cfg: &str,
+        setup_cfg: Option<&str>,
+        telemetry: &str,
+    ) -> Self {
         let scratch = Scratch::new();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -40,7 +52,7 @@ impl Running {
         let with_listener = |text: &str| {
             text.replace(
                 "[worker]",
-                &format!("[telemetry]\nlisten = \"127.0.0.1:{port}\"\n\n[worker]"),
+                &format!("[telemetry]\nlisten = \"127.0.0.1:{port}\"\n{telemetry}\n\n[worker]"),
             )
         };
         let run_cfg = scratch.write("worker.toml", &with_listener(text_cfg));
@@ -109,7 +121,7 @@ fn threads_and_fds(pid: u32) -> (usize, usize) {
     (threads, fds)
 }
 
-fn route_config(prefix: &str) -> String {
+pub(super) fn route_config(prefix: &str) -> String {
     config(
         &unique(&format!("{prefix}-group")),
         &unique(prefix),
@@ -117,28 +129,75 @@ fn route_config(prefix: &str) -> String {
     )
 }
 
-/// 64 idle connections hold every slot: the 65th is closed at once and the 64 stay open; the
-/// head deadline then closes the idle ones and a new client is answered at once.
+/// A connection to `port` from the loopback address 127.0.0.`from` (Linux answers all of 127/8
+/// on loopback): another client, as the listener sees it.
+async fn connect_from(from: u8, port: u16) -> TcpStream {
+    let socket = TcpSocket::new_v4().expect("a socket");
+    socket
+        .bind(SocketAddr::from(([127, 0, 0, from], 0)))
+        .expect("binding a loopback address");
+    socket
+        .connect(SocketAddr::from(([127, 0, 0, 1], port)))
+        .await
+        .expect("connecting")
+}
+
+/// GET `url` from 127.0.0.`from`: the status and body, within 1 s.
+async fn get_from(from: u8, url: &str) -> (u16, String) {
+    let client = reqwest::Client::builder()
+        .local_address(IpAddr::from([127, 0, 0, from]))
+        .build()
+        .expect("an HTTP client");
+    let asked = Instant::now();
+    let response = tokio::time::timeout(Duration::from_secs(1), client.get(url).send())
+        .await
+        .unwrap_or_else(|_| panic!("no answer from 127.0.0.{from} within 1 s"))
+        .expect("an answer");
+    let status = response.status().as_u16();
+    let body = response.text().await.expect("a body");
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        asked.elapsed()
+    );
+    (status, body)
+}
+
+/// The cap's worth of idle connections from one client: only its newest share stays, the older
+/// ones are closed as the newer come. Other clients then fill the listener with idle
+/// connections too, and a probe from any client, that one included, is answered within 1 s;
+/// the idle connections leave at the head deadline.
 #[tokio::test]
-async fn idle_connections_beyond_the_cap_are_closed_and_the_rest_leave_at_the_head_deadline() {
+async fn idle_connections_keep_no_probe_out_and_one_client_keeps_its_share_only() {
     let worker = Running::start(&route_config("cli-listener-cap"), None).await;
     let mut idle = vec![worker.connect().await];
     let opened = Instant::now();
     for _ in 1..MAX_CONNECTIONS {
         idle.push(worker.connect().await);
     }
-    let mut over = worker.connect().await;
-    assert!(
-        closed_within(&mut over, Duration::from_secs(1)).await,
-        "connection {} was kept",
-        MAX_CONNECTIONS + 1
-    );
-    for (i, stream) in idle.iter_mut().enumerate() {
+    let (older, newest) = idle.split_at_mut(MAX_CONNECTIONS - MAX_PER_PEER);
+    for (i, stream) in older.iter_mut().enumerate() {
+        assert!(
+            closed_within(stream, Duration::from_secs(1)).await,
+            "idle connection {i} of one client was kept past its {MAX_PER_PEER}"
+        );
+    }
+    for (i, stream) in newest.iter_mut().enumerate() {
         assert!(
             !closed_within(stream, Duration::from_millis(1)).await,
-            "idle connection {i} was closed early, after {:?}",
+            "one of the newest idle connections ({i}) was closed early, after {:?}",
             opened.elapsed()
         );
+    }
+    // Three more clients fill the listener.
+    for from in 2..=(MAX_CONNECTIONS / MAX_PER_PEER) as u8 {
+        for _ in 0..MAX_PER_PEER {
+            idle.push(connect_from(from, worker.port).await);
+        }
+    }
+    for from in [9, 1] {
+        let answer = get_from(from, &worker.url("/healthz")).await;
+        assert_eq!(answer, (200, "ok\n".to_owned()), "from 127.0.0.{from}");
     }
     for (i, stream) in idle.iter_mut().enumerate() {
         let left = (opened + HEAD_DEADLINE + SLACK).saturating_duration_since(Instant::now());
@@ -151,14 +210,6 @@ async fn idle_connections_beyond_the_cap_are_closed_and_the_rest_leave_at_the_he
         opened.elapsed() >= HEAD_DEADLINE - Duration::from_millis(500),
         "closed before the deadline: {:?}",
         opened.elapsed()
-    );
-    let asked = Instant::now();
-    let answer = get(&worker.url("/healthz")).await;
-    assert_eq!(answer, Some((200, "ok\n".to_owned())));
-    assert!(
-        asked.elapsed() < Duration::from_secs(1),
-        "{:?}",
-        asked.elapsed()
     );
 }
 
@@ -198,7 +249,8 @@ async fn a_slowloris_head_is_dropped_at_the_deadline() {
 }
 
 /// With a dead-letter topic that does not exist, `/readyz` says so, from memory: 200 rapid
-/// requests ([`CONCURRENT`] at a time) are answered quickly and the worker grows no threads or sockets.
+/// requests ([`CONCURRENT`] at a time, from four client addresses) are answered quickly and the
+/// worker grows no threads or sockets.
 #[tokio::test]
 async fn readyz_names_a_missing_dead_letter_topic_without_a_kafka_client_per_request() {
     let missing = unique("cli-listener-no-dlq");
@@ -237,11 +289,19 @@ async fn readyz_names_a_missing_dead_letter_topic_without_a_kafka_client_per_req
             most
         }
     });
-    let client = reqwest::Client::new();
+    // From four addresses: one client may hold only its share of the listener.
+    let clients: Vec<reqwest::Client> = (1..=4)
+        .map(|from| {
+            reqwest::Client::builder()
+                .local_address(IpAddr::from([127, 0, 0, from]))
+                .build()
+                .expect("an HTTP client")
+        })
+        .collect();
     let started = Instant::now();
     let answers: Vec<_> = futures::stream::iter(0..200)
-        .map(|_| {
-            let client = client.clone();
+        .map(|i| {
+            let client = clients[i % clients.len()].clone();
             let url = worker.url("/readyz");
             async move {
                 let response = client.get(url).send().await.ok()?;
