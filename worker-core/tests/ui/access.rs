@@ -1,10 +1,14 @@
-//! Who may read and act: the token, CSRF and same-origin checks, read-only dashboards, and the
-//! refusal to start an actionable dashboard off loopback without a token.
+//! Who may read and act: the token, CSRF and same-origin checks, read-only dashboards, the
+//! session cookie over HTTPS, and the refusal to start a dashboard off loopback without a token.
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use chromiumoxide::cdp::browser_protocol::network::{CookieParam, CookieSameSite};
 use reqwest::StatusCode;
 
 use crate::browser::{
-    Chromium, click_and_wait, fill, free_port, http, page_text, screenshot, spawn, wait_listening,
+    Chromium, PAGE_DEADLINE, click_and_wait, fill, free_port, http, page_text, screenshot, spawn,
+    wait_listening, wait_until,
 };
 use crate::support::*;
 
@@ -237,4 +241,125 @@ async fn an_actionable_dashboard_off_loopback_without_a_token_does_not_start() {
         stderr.contains("`ui.listen`") && stderr.contains("not on loopback"),
         "{stderr}"
     );
+}
+
+/// The session cookie's name and lifetime (`ui/guard.rs`).
+const COOKIE: &str = "share_worker_ui";
+const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 60 * 60);
+
+/// Over HTTPS the browser gets a session cookie that is Secure, HttpOnly, SameSite=Strict, for
+/// the dashboard's paths only and for 12 hours; scripts cannot read it, and the same cookie with
+/// its issue time moved back past the lifetime signs nobody in (its MAC covers the time; expiry
+/// itself is tested with a clock in `ui/guard.rs`).
+#[tokio::test]
+async fn over_https_the_session_cookie_is_secure_and_a_backdated_one_signs_nobody_in() {
+    let scratch = Scratch::new();
+    let port = free_port();
+    let generated =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .expect("a certificate");
+    let cert = scratch.write("tls.crt", &generated.cert.pem());
+    let key = scratch.write("tls.key", &generated.signing_key.serialize_pem());
+    let cfg = scratch.write(
+        "worker.toml",
+        &dashboard(
+            &unique("ui-https-group"),
+            &unique("ui-https"),
+            port,
+            &format!(
+                "token = \"{TOKEN}\"\ntls-cert-file = \"{}\"\ntls-key-file = \"{}\"",
+                cert.display(),
+                key.display()
+            ),
+        ),
+    );
+    let _ui = spawn(
+        &["ui", "--config", cfg.to_str().expect("utf-8 path")],
+        &scratch.0.join("ui.log"),
+    );
+    let base = format!("https://127.0.0.1:{port}");
+    // The certificate is its own: only the browser below is told to take it.
+    let insecure = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .expect("an HTTPS client");
+    let deadline = tokio::time::Instant::now() + PAGE_DEADLINE;
+    while insecure
+        .get(format!("{base}/ui/login"))
+        .send()
+        .await
+        .is_err()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{base} never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let browser = Chromium::launch_with(&["--ignore-certificate-errors"]).await;
+    // The tab takes the self-signed certificate once it is set up: open it blank first.
+    let page = browser.open("about:blank").await;
+    page.goto(format!("{base}/ui"))
+        .await
+        .expect("loading the dashboard");
+    let shown = page_text(&page).await;
+    assert!(shown.contains("needs its token"), "{shown}");
+    fill(&page, "input[name=token]", TOKEN).await;
+    let signed_in = SystemTime::now();
+    click_and_wait(&page, "button[type=submit]", "#live").await;
+    let cookies = page.get_cookies().await.expect("the page's cookies");
+    let session = cookies
+        .iter()
+        .find(|c| c.name == COOKIE)
+        .unwrap_or_else(|| panic!("no {COOKIE} among {cookies:?}"));
+    assert!(session.secure, "{session:?}");
+    assert!(session.http_only, "{session:?}");
+    assert_eq!(
+        session.same_site,
+        Some(CookieSameSite::Strict),
+        "{session:?}"
+    );
+    assert_eq!(session.path, "/ui");
+    assert!(!session.session, "it has a lifetime: {session:?}");
+    let lifetime_end = signed_in
+        .duration_since(UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_secs_f64()
+        + SESSION_LIFETIME.as_secs_f64();
+    assert!(
+        (session.expires - lifetime_end).abs() < 120.0,
+        "expires {} (12 h after the sign-in: {lifetime_end})",
+        session.expires
+    );
+    let seen_by_scripts: String = crate::browser::eval(&page, "document.cookie").await;
+    assert!(!seen_by_scripts.contains(COOKIE), "{seen_by_scripts}");
+
+    // The same cookie, its issue time 12 hours and a minute earlier: the sign-in page again.
+    let (issued, mac) = session.value.split_once('.').expect("ISSUED.MAC");
+    let issued: u64 = issued.parse().expect("an issue time");
+    let expired = format!("{}.{mac}", issued - SESSION_LIFETIME.as_secs() - 60);
+    let forged = CookieParam::builder()
+        .name(COOKIE)
+        .value(expired)
+        .url(format!("{base}/ui"))
+        .path("/ui")
+        .secure(true)
+        .http_only(true)
+        .same_site(CookieSameSite::Strict)
+        .build()
+        .expect("a cookie");
+    page.set_cookie(forged).await.expect("setting the cookie");
+    page.goto(format!("{base}/ui"))
+        .await
+        .expect("loading the overview");
+    wait_until(
+        &page,
+        "the sign-in page for a backdated session",
+        "document.body.innerText.includes('needs its token')",
+        |shown: &bool| *shown,
+    )
+    .await;
+    let page_text = page_text(&page).await;
+    assert!(!page_text.contains("Share group"), "{page_text}");
 }

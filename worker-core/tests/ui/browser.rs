@@ -38,8 +38,13 @@ pub(crate) struct Chromium {
 
 impl Chromium {
     pub(crate) async fn launch() -> Self {
+        Self::launch_with(&[]).await
+    }
+
+    /// A browser with more command-line `args`.
+    pub(crate) async fn launch_with(args: &[&str]) -> Self {
         let profile = Scratch::new();
-        let config = BrowserConfig::builder()
+        let mut config = BrowserConfig::builder()
             .chrome_executable(executable())
             .new_headless_mode()
             .no_sandbox()
@@ -51,7 +56,11 @@ impl Chromium {
                 ..Viewport::default()
             })
             .arg("--disable-gpu")
-            .arg("--disable-dev-shm-usage")
+            .arg("--disable-dev-shm-usage");
+        for arg in args {
+            config = config.arg(*arg);
+        }
+        let config = config
             .launch_timeout(Duration::from_secs(60))
             .request_timeout(Duration::from_secs(30))
             .build()
