@@ -261,6 +261,44 @@ async fn broker_mode_is_refused_when_the_broker_would_not_write() -> anyhow::Res
     Ok(())
 }
 
+/// A group whose broker dead-letter topic is the worker's own route topic would hand every
+/// REJECTed record back as new work: the worker refuses to start, in broker and in worker mode.
+#[tokio::test]
+async fn a_broker_dlq_that_is_a_route_topic_is_refused_at_start() -> anyhow::Result<()> {
+    let bootstrap = dlq_broker();
+    let admin = Admin::connect(bootstrap.as_str()).await?;
+    let topic = unique("dlq.bdlq-loop");
+    create_topic_with_config_at(&bootstrap, &topic, 1, &[GROUP_ENABLE]).await?;
+    let group = unique("bdlq-loop");
+    admin.set_group_config(&group, TOPIC_KEY, &topic).await?;
+    broker_dlq_when(&admin, &group, BrokerDlq::is_on).await?;
+    for broker_mode in [true, false] {
+        let source = KafkaSource::builder(bootstrap.as_str(), group.as_str())
+            .topic(topic.as_str())
+            .build()
+            .await?;
+        let mut builder = Worker::builder(source).route(
+            topic.as_str(),
+            service_fn(|_job: Job| async { Ok::<_, Infallible>(Outcome::Accept) }),
+        );
+        if broker_mode {
+            builder = builder.broker_dlq();
+        }
+        let err = tokio::time::timeout(Duration::from_secs(30), builder.build()?.run())
+            .await
+            .context("the worker did not end")?
+            .err()
+            .with_context(|| format!("the worker ran (broker mode: {broker_mode})"))?;
+        let text = err.to_string();
+        ensure!(err.kind() == ErrorKind::Config, "{err:?}");
+        ensure!(
+            text.contains(&topic) && text.contains("a route's topic"),
+            "{text}"
+        );
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_broker_mode_the_broker_writes_the_letters_of_what_the_worker_rejects()
 -> anyhow::Result<()> {

@@ -7,19 +7,33 @@
 //! every letter is written twice (by the sink, then by the broker for the REJECT that follows):
 //! a warning. Without either, it is where the worker's REJECTs end up.
 
+use super::routes::Routes;
 use crate::policy::PolicyConfig;
 use crate::source::{BrokerDeadLetters, ShareSource};
 use crate::{Error, ErrorKind, Result};
 
 /// Checks the broker's dead-letter queue against the worker's dead-letter path: an error in
-/// broker mode unless the broker writes this group's letters; otherwise only logs. `Ok(true)` when
-/// the broker writes the letters of what the worker REJECTs without a sink.
-pub(crate) async fn check_at_start<S: ShareSource>(
+/// broker mode unless the broker writes this group's letters, and in any mode when it writes them
+/// to a topic the worker reads (a route's or a delay topic: each REJECT would come back as new
+/// work, for ever); otherwise only logs. `Ok(true)` when the broker writes the letters of what the
+/// worker REJECTs without a sink.
+pub(crate) async fn check_at_start<S: ShareSource, Svc>(
     source: &S,
     policy: &PolicyConfig,
+    routes: &Routes<Svc>,
 ) -> Result<bool> {
     let group = source.group().unwrap_or("(unnamed)");
     let read = source.broker_dlq().await;
+    if let Ok(BrokerDeadLetters::On { topic, .. }) = &read
+        && let Some(role) = routes.reads(topic)
+    {
+        return Err(Error::new(
+            ErrorKind::Config,
+            format!(
+                "share group {group}: the broker's dead-letter topic (errors.deadletterqueue.topic.name) is {topic}, {role}: every REJECTed record would come back to the worker as new work; name a topic of its own"
+            ),
+        ));
+    }
     if policy.broker_dlq {
         return match read {
             Ok(BrokerDeadLetters::On { topic, copy_record }) => {

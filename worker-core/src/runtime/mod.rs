@@ -186,7 +186,7 @@ impl<S: ShareSource> Worker<S> {
         let started = tokio::try_join!(
             limit::read_at_start(&source, &config.policy),
             renewal::check_at_start(&source, &config, &routes),
-            broker_dlq::check_at_start(&source, &config.policy),
+            broker_dlq::check_at_start(&source, &config.policy, &routes),
         );
         let limit = match started {
             Ok((limit, renewal, broker_writes)) => {

@@ -170,6 +170,16 @@ impl<Svc> Routes<Svc> {
         Ok(())
     }
 
+    /// Whether the worker reads `topic`, and as what (`"a route's topic"`, `"a delay topic"`).
+    pub(crate) fn reads(&self, topic: &str) -> Option<&'static str> {
+        if self.topics().any(|t| t == topic) {
+            return Some("a route's topic");
+        }
+        (0..self.len())
+            .any(|route| self.delay_topic(route).is_some_and(|d| &**d == topic))
+            .then_some("a delay topic")
+    }
+
     /// Route `route`'s topic.
     pub(crate) fn topic(&self, route: usize) -> Option<&Arc<str>> {
         self.routes.get(route).map(|r| &r.topic)

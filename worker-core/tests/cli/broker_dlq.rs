@@ -451,6 +451,41 @@ async fn setup_in_broker_mode_creates_the_dead_letter_topic_the_group_names() {
     );
 }
 
+/// A group whose broker dead-letter topic is the route's own topic, or its delay topic, would
+/// hand every REJECT back as work: `setup` refuses it, naming the topic.
+#[tokio::test]
+async fn setup_refuses_a_broker_dlq_the_worker_reads() {
+    let bootstrap = dlq_broker();
+    let admin = Admin::connect(bootstrap.as_str())
+        .await
+        .expect("an admin client");
+    let scratch = Scratch::new();
+    let topic = unique("dlq.cli-bdlq-loop");
+    for (i, named) in [topic.clone(), format!("{topic}.delay")].iter().enumerate() {
+        let group = unique("cli-bdlq-loop-group");
+        name_broker_dlq(&admin, &group, named).await;
+        let cfg = scratch.write(
+            &format!("loop-{i}.toml"),
+            &broker_config(
+                &bootstrap,
+                &group,
+                &topic,
+                "handler = \"noop\"",
+                "[dlq]\nmode = \"broker\"\n\n[delay]",
+            ),
+        );
+        let out = share_worker(&["setup", "--config", cfg.to_str().unwrap()], &[]).await;
+        assert!(!out.status.success(), "setup accepted {named}");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "the broker's dead-letter topic (errors.deadletterqueue.topic.name) is {named}, which the worker reads"
+            )),
+            "{stderr}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn run_refuses_broker_mode_without_a_broker_dlq() {
     let version = std::env::var("KAFKA_VERSION").unwrap_or_else(|_| "4.2.2".to_owned());

@@ -573,3 +573,73 @@ async fn produce_raw(dlq: &str, target: &str, name: &[u8]) -> i64 {
     assert_eq!(partition.error_code, 0, "{response:?}");
     partition.base_offset
 }
+
+/// A record back-dated two days by its producer and dead-lettered now is a letter written now:
+/// the dashboard lists it under "written since 1h", and its own time is kept in a header.
+#[tokio::test]
+async fn a_back_dated_record_is_listed_by_the_time_it_was_dead_lettered() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-replay-backdated");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let route =
+        "handler = \"exec\"\ncommand = [\"sh\", \"-c\", \"exit 2\"]\nreject-exit-codes = [2]";
+    let text = config(&unique("cli-replay-backdated-group"), &topic, route).replace(
+        "[dlq]",
+        &format!("[ui]\nlisten = \"127.0.0.1:{port}\"\n\n[dlq]"),
+    );
+    let cfg = scratch.write("worker.toml", &text);
+    let cfg = cfg.to_str().expect("utf-8 path");
+    assert_ok(
+        &share_worker(&["setup", "--config", cfg, "--partitions", "1"], &[]).await,
+        "setup",
+    );
+    let two_days_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_millis() as i64
+        - 2 * 24 * 3_600_000;
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .expect("a producer");
+    producer
+        .send(
+            FutureRecord::<str, str>::to(&topic)
+                .payload("back-dated")
+                .timestamp(two_days_ago),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap_or_else(|(err, _)| panic!("producing: {err}"));
+    let stats = run_until_idle(&scratch, cfg).await;
+    assert_eq!(count(&stats, "dlq"), 1, "{stats}");
+
+    let dlq = format!("{topic}.dlq");
+    let letters = records(&dlq).await;
+    assert_eq!(letters.len(), 1);
+    let written = letters[0].timestamp.expect("a timestamp");
+    assert!(
+        written > two_days_ago + 24 * 3_600_000,
+        "written at {written}"
+    );
+    assert_eq!(
+        letters[0].header(headers::RECORD_TIMESTAMP),
+        Some(two_days_ago.to_string().as_bytes())
+    );
+
+    let _ui = tokio::process::Command::new(BIN)
+        .args(["ui", "--config", cfg])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting share-worker ui");
+    let page =
+        crate::telemetry::wait_ok(&format!("http://127.0.0.1:{port}/ui/dlq/{dlq}?since=1h")).await;
+    assert!(
+        page.contains("data-partition=\"0\" data-offset=\"0\""),
+        "the letter is not listed under since=1h:\n{page}"
+    );
+}

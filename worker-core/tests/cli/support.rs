@@ -248,6 +248,8 @@ pub(crate) struct Record {
     pub(crate) key: Option<Vec<u8>>,
     pub(crate) value: Option<Vec<u8>>,
     pub(crate) headers: Vec<(String, Option<Vec<u8>>)>,
+    /// The record's timestamp, ms since the epoch (`None` without one).
+    pub(crate) timestamp: Option<i64>,
 }
 
 impl Record {
@@ -337,6 +339,7 @@ fn read_all(bootstrap: &str, topic: &str) -> Vec<Record> {
             key: message.key().map(<[u8]>::to_vec),
             value: message.payload().map(<[u8]>::to_vec),
             headers,
+            timestamp: message.timestamp().to_millis(),
         });
     }
     out.sort_by_key(|r| (r.partition, r.offset));

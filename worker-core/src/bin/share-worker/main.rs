@@ -5,6 +5,11 @@
 //! its lag; `produce` enqueues test jobs; `dlq replay` republishes dead letters; `ui` serves the
 //! web dashboard.
 
+// Header names that are not UTF-8 are read under `catch_unwind` (replay/scan.rs), and handler
+// panics are retried: with `panic = "abort"` one hostile record would end the process.
+#[cfg(panic = "abort")]
+compile_error!("share-worker needs panic = \"unwind\": it catches panics on untrusted input");
+
 mod activity;
 mod check;
 mod handlers;

@@ -56,7 +56,12 @@ pub(crate) async fn setup(
         println!("group {group}: share.record.lock.duration.ms = {ms}");
     }
     if config.dlq_mode() == Some(DlqMode::Broker) {
-        broker_dlq_topic(&admin, group, partitions, replication).await?;
+        let read: Vec<String> = config
+            .topics()
+            .map(str::to_owned)
+            .chain(config.delay_topics())
+            .collect();
+        broker_dlq_topic(&admin, group, &read, partitions, replication).await?;
     }
     Ok(())
 }
@@ -64,10 +69,12 @@ pub(crate) async fn setup(
 /// In broker mode the broker writes the dead letters to the topic the group's
 /// `errors.deadletterqueue.topic.name` names: created here when missing, with the topic config the
 /// broker needs. Whatever else keeps the broker from writing is said, not fixed: `run` refuses to
-/// start until it is (the group config is the operator's choice of topic).
+/// start until it is (the group config is the operator's choice of topic). A topic the worker
+/// reads (`read`: the routes' and delay topics) is refused: every REJECT would come back as work.
 async fn broker_dlq_topic(
     admin: &Admin,
     group: &str,
+    read: &[String],
     partitions: i32,
     replication: i16,
 ) -> anyhow::Result<()> {
@@ -80,6 +87,11 @@ async fn broker_dlq_topic(
             return Ok(());
         }
     };
+    if let Some(topic) = dlq.topic.as_ref().filter(|t| read.contains(t)) {
+        anyhow::bail!(
+            "share group {group}: the broker's dead-letter topic (errors.deadletterqueue.topic.name) is {topic}, which the worker reads (a route's or a delay topic): every REJECTed record would come back as new work; name a topic of its own"
+        );
+    }
     let created = admin
         .create_broker_dlq_topic(&dlq, partitions, replication)
         .await

@@ -218,7 +218,7 @@ mod tests {
         assert_eq!(record.payload, Some(&b"012"[..]));
         let keys = header_keys(&record);
         assert!(!keys.contains(&"trace".to_owned()), "{keys:?}");
-        assert_eq!(keys.len(), 12, "provenance and truncation: {keys:?}");
+        assert_eq!(keys.len(), 13, "provenance and truncation: {keys:?}");
         assert_eq!(header(&record, headers::TRUNCATED), Some(&b"true"[..]));
         assert_eq!(header(&record, headers::ORIGINAL_SIZE), Some(&b"10"[..]));
         assert_eq!(header(&record, headers::OFFSET), Some(&b"42"[..]));

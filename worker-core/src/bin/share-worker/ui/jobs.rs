@@ -14,7 +14,9 @@ use crate::replay::{self, Action, Request, ScanPass, Tally};
 const KEPT: usize = 32;
 /// Lines of one job's notes kept (refusals), the summary aside.
 const NOTES: usize = 50;
-/// The log target of audit lines.
+/// The log target of audit lines. Their fields are logged with `Debug`, quoted and escaped: a
+/// topic, a reason or an error may hold a line break or a terminal escape, and must not forge a
+/// line of its own.
 pub(crate) const AUDIT: &str = "share_worker::audit";
 
 /// How far a job is.
@@ -131,9 +133,9 @@ impl Jobs {
             target: AUDIT,
             job = job.id,
             action,
-            dlq = %job.request.dlq,
-            selection = %job.what,
-            client = %job.who,
+            dlq = ?job.request.dlq,
+            selection = ?job.what,
+            client = ?job.who,
             "dashboard action started"
         );
         let running = job.clone();
@@ -164,10 +166,10 @@ impl Jobs {
                         target: AUDIT,
                         job = job.id,
                         action,
-                        dlq = %job.request.dlq,
-                        selection = %job.what,
-                        client = %job.who,
-                        result = %summary,
+                        dlq = ?job.request.dlq,
+                        selection = ?job.what,
+                        client = ?job.who,
+                        result = ?summary,
                         "dashboard action done"
                     );
                     // The summary line is the last note; the page shows it apart.
@@ -183,10 +185,10 @@ impl Jobs {
                         target: AUDIT,
                         job = job.id,
                         action,
-                        dlq = %job.request.dlq,
-                        selection = %job.what,
-                        client = %job.who,
-                        error = %why,
+                        dlq = ?job.request.dlq,
+                        selection = ?job.what,
+                        client = ?job.who,
+                        error = ?why,
                         "dashboard action failed"
                     );
                     job.set(State::Failed(why));

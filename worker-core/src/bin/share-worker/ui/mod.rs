@@ -25,6 +25,7 @@ mod jobs;
 mod letters;
 mod pages;
 mod params;
+mod reads;
 mod routes;
 mod sampler;
 mod throttle;
@@ -41,7 +42,6 @@ use axum::middleware;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tower_http::timeout::TimeoutLayer;
@@ -54,6 +54,7 @@ use dlq_index::DlqIndex;
 use guard::{Guard, Refusal};
 use jobs::Jobs;
 use pages::Chrome;
+use reads::BlockingReads;
 use routes::{
     act, admit, confirm, dlq_counts, dlq_list, dlq_page, job, job_live, letter, login, login_page,
     overview, overview_live, script, secure_headers, style,
@@ -159,7 +160,7 @@ pub(crate) struct Dashboard {
     samples: Arc<Mutex<Samples>>,
     dlq: Arc<Vec<DlqIndex>>,
     jobs: Jobs,
-    reads: Semaphore,
+    reads: BlockingReads,
     every: Duration,
     sampler: JoinHandle<()>,
 }
@@ -233,7 +234,7 @@ impl Dashboard {
             samples,
             dlq,
             jobs: Jobs::default(),
-            reads: Semaphore::new(READS),
+            reads: BlockingReads::new(READS),
             every,
             sampler,
         }))
@@ -285,19 +286,14 @@ impl Dashboard {
         &self,
         read: impl FnOnce(&str, &Security, &str) -> anyhow::Result<T> + Send + 'static,
     ) -> Result<T, String> {
-        let Ok(_permit) = self.reads.acquire().await else {
-            return Err("the dashboard is stopping".to_owned());
-        };
         let (bootstrap, security, client_id) = (
             self.config.kafka.bootstrap.clone(),
             self.security.clone(),
             self.client_id.clone(),
         );
-        match tokio::task::spawn_blocking(move || read(&bootstrap, &security, &client_id)).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(err)) => Err(format!("{err:#}")),
-            Err(err) => Err(format!("the reader failed: {err}")),
-        }
+        self.reads
+            .run(move || read(&bootstrap, &security, &client_id))
+            .await
     }
 }
 
