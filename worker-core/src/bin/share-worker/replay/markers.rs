@@ -278,7 +278,8 @@ mod tests {
                 markers.letter(0, offset);
                 offset += 1;
             }
-            for letter in first..offset {
+            let last = offset;
+            for letter in first..last {
                 assert_eq!(markers.marker(0, offset, letter, REPLAYED), Ok(()));
                 offset += 1;
             }
