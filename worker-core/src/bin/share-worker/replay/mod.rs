@@ -45,8 +45,9 @@ pub(crate) struct ReplayArgs {
     /// Kafka 4.4 broker wrote: `broker_rejected` or `broker_delivery_limit`).
     #[arg(long)]
     reason: Option<String>,
-    /// Send every selected letter to this topic. Without it, a letter goes to the topic its
-    /// `share.dlq.topic` header names, which must be one of the configured routes' topics.
+    /// Send the selected letters to this topic instead of their route topics. Either way only
+    /// letters whose source (`share.dlq.topic`, a broker's `__dlq.errors.topic`) is a configured
+    /// route topic are replayed.
     #[arg(long, value_name = "TOPIC")]
     to: Option<String>,
     /// Replay at most this many.
