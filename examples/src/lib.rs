@@ -12,6 +12,20 @@
 //! The SMS and webhook examples simulate their remote service in-process so they run anywhere the
 //! local broker runs.
 
+/// The Rust examples of the docs, compiled as doc tests so that they cannot drift (here, where
+/// they can use the examples' gateway and job types).
+#[cfg(doctest)]
+mod docs {
+    #[doc = include_str!("../../docs/library.md")]
+    struct Library;
+    #[doc = include_str!("../../docs/handlers.md")]
+    struct Handlers;
+    #[doc = include_str!("../../docs/jobs.md")]
+    struct Jobs;
+    #[doc = include_str!("../../docs/security.md")]
+    struct Security;
+}
+
 pub mod secured;
 pub mod sms;
 pub mod webhook;

@@ -73,6 +73,11 @@ pub mod telemetry;
 pub mod testing;
 
 pub use error::{Error, ErrorKind, Result};
+
+/// README.md's examples, compiled as doc tests so that the front page cannot drift.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeExamples;
 pub use job::Job;
 pub use outcome::Outcome;
 pub use runtime::{RateLimit, ShutdownHandle, Summary, Worker, WorkerBuilder};

@@ -4,7 +4,7 @@
 //! broker, ShareFetch v2 in `record_limit` mode sized to what the caller asks for, acknowledgements
 //! piggy-backed on fetches or sent with ShareAcknowledge v2, and RENEW. Fetches and
 //! acknowledgements are pipelined: records may be settled in any order while further fetches go
-//! on. See `shared/design/PROTOCOL.md` for the wire facts.
+//! on. See `docs/protocol.md` for the wire facts.
 //!
 //! ```no_run
 //! # async fn run() -> worker_core::Result<()> {

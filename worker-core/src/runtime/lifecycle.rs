@@ -1,7 +1,7 @@
 //! A record's life in the worker as one pure state machine: a typed [`Phase`] per record and
 //! [`Life::step`], which turns an [`Event`] into the [`Effect`]s the dispatcher performs and the
 //! [`Fact`]s the observer reports. No I/O and no clock of its own (the instant type is a
-//! parameter), so every rule of ARCHITECTURE's "Semantics" is a row of the tests below.
+//! parameter), so every rule of `docs/architecture.md`'s "Semantics" is a row of the tests below.
 //!
 //! | phase | event | becomes | effects |
 //! |---|---|---|---|

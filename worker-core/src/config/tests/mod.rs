@@ -589,19 +589,32 @@ fn what_the_file_accepts_the_builder_accepts() {
     }
 }
 
-/// README.md shows the reference file whole: the copy there is the file itself.
+/// docs/binary.md shows the reference file whole: the copy there is the file itself.
 #[test]
-fn the_readme_shows_the_reference_file_as_it_is() {
-    let readme = include_str!("../../../../README.md");
-    let block = readme
+fn the_binary_guide_shows_the_reference_file_as_it_is() {
+    let guide = include_str!("../../../../docs/binary.md");
+    let block = guide
         .split("```toml\n")
         .find(|block| block.starts_with("# share-worker configuration: every key"))
         .and_then(|block| block.split("```").next())
-        .expect("README.md shows the reference file in a ```toml block");
+        .expect("docs/binary.md shows the reference file in a ```toml block");
     assert!(
         block == REFERENCE,
-        "README.md's copy of reference.toml differs from the file: copy the file into it"
+        "docs/binary.md's copy of reference.toml differs from the file: copy the file into it"
     );
+}
+
+/// README.md's example configuration loads as it is.
+#[test]
+fn the_readme_configuration_loads() {
+    let readme = include_str!("../../../../README.md");
+    let block = readme
+        .split("```toml\n")
+        .find(|block| block.starts_with("# worker.toml"))
+        .and_then(|block| block.split("```").next())
+        .expect("README.md shows a worker.toml");
+    let config = parse(block).unwrap_or_else(|err| panic!("README.md's worker.toml: {err}"));
+    assert_eq!(config.routes[0].topic, "sms");
 }
 
 #[test]
