@@ -29,7 +29,7 @@ else
 fi
 
 step "building share-worker and the mock SMS gateway"
-cargo build -q -p worker-core --features cli --bin share-worker
+cargo build -q -p worker-cli --bin share-worker
 cargo build -q -p examples --bin mock_sms_gateway
 bin=$repo/target/debug
 

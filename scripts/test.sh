@@ -23,7 +23,7 @@ if [[ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $deny_version" ]]; th
   cargo install --locked --quiet cargo-deny --version "$deny_version"
 fi
 
-# The dashboard's browser tests (worker-core/tests/ui) drive Debian's headless Chromium; CHROMIUM
+# The dashboard's browser tests (worker-cli/tests/ui) drive Debian's headless Chromium; CHROMIUM
 # may name another binary.
 if [[ -z "${CHROMIUM:-}" ]] && ! command -v chromium >/dev/null 2>&1; then
   step "installing chromium (the dashboard's browser tests)"
@@ -75,7 +75,7 @@ else
 fi
 export KAFKA_OLD_BROKER_BOOTSTRAP=127.0.0.1:9692
 # A Kafka 4.4 broker for the suites about the broker's own dead-letter queue (KIP-1191:
-# tests/tests/broker_dlq.rs, worker-core/tests/cli/broker_dlq.rs), which fail without it; it also
+# tests/tests/broker_dlq.rs, worker-cli/tests/cli/broker_dlq.rs), which fail without it; it also
 # serves the 4.4.0 step of the version matrix below, and is stopped on exit.
 dlq_version=4.4.0
 dlq_port=${KAFKA_DLQ_PORT:-9672}
@@ -137,7 +137,7 @@ for version in ${KAFKA_MATRIX-4.3.1 4.4.0}; do
     eval "$(broker env)"
     export KAFKA_VERSION=$version
     cargo test -p tests --all-features "${matrix_suites[@]}"
-    cargo test -p worker-core --all-features --test cli
+    cargo test -p worker-cli --test cli
   )
   [[ $port == "$dlq_port" ]] || broker stop
   matrix_port=$((matrix_port + 10))

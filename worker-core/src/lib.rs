@@ -56,7 +56,6 @@
 
 extern crate self as worker_core;
 
-pub mod config;
 pub mod delay;
 pub mod dlq;
 mod error;

@@ -19,7 +19,7 @@ pub(crate) struct DelayConfig {
 pub(crate) const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(300);
 
 /// The furthest ahead a record's `share.not-before` may be by default: 30 days.
-pub(crate) const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(30 * 24 * 3600);
+pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// Settings of one [`Worker`](super::Worker), checked once by the builder.
 #[derive(Clone, Debug)]

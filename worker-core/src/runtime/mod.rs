@@ -132,7 +132,7 @@ pub use summary::{AckFailures, DeadLetterCounts, Summary};
 
 use builder::RouteService;
 use config::Config;
-pub(crate) use config::DEFAULT_MAX_DELAY;
+pub use config::DEFAULT_MAX_DELAY;
 use dispatch::Dispatcher;
 use routes::Routes;
 

@@ -79,6 +79,12 @@ impl RateLimit {
         self.burst
     }
 
+    /// What is wrong with the limit, if anything (`what` names the setting in the error): the
+    /// check the builder makes, for configuration layers that check before they build.
+    pub fn check(&self, what: &str) -> Result<()> {
+        self.quota(what).map(drop)
+    }
+
     /// The quota, or what is wrong with it (for `what`, a setting's name).
     pub(crate) fn quota(&self, what: &str) -> Result<Quota> {
         let bad = |why: &str| Error::new(ErrorKind::Config, format!("`{what}`: {why}"));

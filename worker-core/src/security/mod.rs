@@ -48,7 +48,7 @@ use std::sync::Arc;
 pub use self::rdkafka::KafkaContext;
 pub use sasl::{SaslConfig, ScramMechanism};
 pub use secret::Secret;
-pub use tls::TlsConfig;
+pub use tls::{TlsConfig, read_certs, read_key};
 pub use token::{OidcClientCredentials, TokenSource};
 
 /// The security protocol of a connection, as Kafka names them (in lower case, as in the TOML
@@ -57,7 +57,6 @@ pub use token::{OidcClientCredentials, TokenSource};
     Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
 )]
 #[serde(rename_all = "snake_case")]
-#[non_exhaustive]
 pub enum Protocol {
     /// Neither TLS nor SASL (the default).
     #[default]
@@ -71,6 +70,16 @@ pub enum Protocol {
 }
 
 impl Protocol {
+    /// Whether connections use TLS (`ssl`, `sasl_ssl`).
+    pub fn uses_tls(self) -> bool {
+        matches!(self, Protocol::Ssl | Protocol::SaslSsl)
+    }
+
+    /// Whether connections authenticate with SASL (`sasl_plaintext`, `sasl_ssl`).
+    pub fn uses_sasl(self) -> bool {
+        matches!(self, Protocol::SaslPlaintext | Protocol::SaslSsl)
+    }
+
     /// The lower-case name (`plaintext`, `ssl`, `sasl_plaintext`, `sasl_ssl`), as in the TOML
     /// file and librdkafka's `security.protocol`.
     pub fn as_str(self) -> &'static str {

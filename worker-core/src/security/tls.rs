@@ -74,6 +74,13 @@ impl TlsConfig {
             .map(|c| (c.cert_file.as_path(), c.key_file.as_path()))
     }
 
+    /// Reads the files and checks them as a connection would (CA certificates rustls accepts, a
+    /// key that goes with the certificate, system roots that exist), for configuration layers
+    /// that check before they connect.
+    pub fn check(&self) -> Result<()> {
+        self.rustls_config().map(drop)
+    }
+
     /// A rustls client configuration: the files are read (and checked) now, once.
     pub(crate) fn rustls_config(&self) -> Result<Arc<rustls::ClientConfig>> {
         let mut roots = rustls::RootCertStore::empty();
@@ -139,7 +146,7 @@ impl TlsConfig {
 }
 
 /// The private key in the PEM file at `path`.
-pub(crate) fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
+pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
     PrivateKeyDer::from_pem_file(path).map_err(|err| {
         Error::new(
             ErrorKind::Config,
@@ -153,7 +160,7 @@ pub(crate) fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
 }
 
 /// Every certificate in the PEM file at `path`; at least one.
-pub(crate) fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
+pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
         .and_then(|iter| iter.collect())
         .map_err(|err| {

@@ -122,7 +122,7 @@ impl SaslConfig {
     }
 
     /// The password, for PLAIN and SCRAM (for clients configured by name, as librdkafka is).
-    pub(crate) fn password(&self) -> Option<&Secret> {
+    pub fn password(&self) -> Option<&Secret> {
         match &self.mechanism {
             Mechanism::Plain { password, .. } | Mechanism::Scram { password, .. } => Some(password),
             Mechanism::OAuthBearer(_) => None,

@@ -1,0 +1,5 @@
+//! `share-worker`: see the library, [`worker_cli`].
+
+fn main() -> std::process::ExitCode {
+    worker_cli::main()
+}

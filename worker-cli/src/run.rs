@@ -1,0 +1,200 @@
+//! `share-worker run`: the configured routes over a Kafka share group until a signal or idle.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crate::config::{Config, LogFormat};
+use anyhow::Context;
+use opentelemetry::metrics::Meter;
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+use worker_core::kafka::Admin;
+use worker_core::runtime::WorkerHealth;
+use worker_core::security::Security;
+use worker_core::telemetry::LagMonitor;
+use worker_core::{ShutdownHandle, Worker};
+
+use crate::activity::Activity;
+use crate::handlers;
+use crate::otel::Otel;
+use crate::report::{self, Reporter};
+use crate::stats::Stats;
+use crate::telemetry::{Serving, TelemetryServer};
+use crate::ui::{self, Dashboard, WorkerView};
+
+pub(crate) async fn run(
+    config: Config,
+    exit_when_idle: Option<Duration>,
+    stats_json: Option<PathBuf>,
+    otel: &Otel,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    // One setting for every connection: clones share the OAUTHBEARER token cache.
+    let security = config.security()?;
+    // Before joining the group: a route that cannot start (a bad TLS file, say) holds no record.
+    let routes = config
+        .routes
+        .iter()
+        .map(|route| Ok((route.topic.clone(), handlers::handler(route)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let telemetry = match config.telemetry.listen {
+        Some(addr) => {
+            let serving = Serving::telemetry(&config.telemetry)?;
+            let listener = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("telemetry.listen: cannot listen on {addr}"))?;
+            let pages = if config.telemetry.ui {
+                let health = Arc::new(OnceLock::new());
+                let view = WorkerView {
+                    registry: otel.registry(),
+                    health: health.clone(),
+                };
+                let bound = listener.local_addr().unwrap_or(addr);
+                let topics = ui::dlq_topics(&config, &security).await;
+                let dashboard = Dashboard::start(
+                    Arc::new(config.clone()),
+                    Some(view),
+                    bound,
+                    serving.https,
+                    topics,
+                )?;
+                tracing::info!("dashboard on {}://{bound}/ui", serving.scheme());
+                Some((ui::router(dashboard), health))
+            } else {
+                None
+            };
+            Some(TelemetryServer::start(
+                listener,
+                serving,
+                otel.registry(),
+                config.kafka.bootstrap.clone(),
+                security.clone(),
+                config.dlq_topics(),
+                pages,
+            ))
+        }
+        None => None,
+    };
+    let source = config
+        .source_builder()?
+        .security(security.clone())
+        .build()
+        .await
+        .with_context(|| {
+            format!(
+                "joining share group {} at {}",
+                config.worker.group, config.kafka.bootstrap
+            )
+        })?;
+    let meter = otel.meter();
+    let assigned = source.clone();
+    let _assigned_gauge = meter
+        .u64_observable_gauge("share_worker.partitions.assigned")
+        .with_description("Partitions assigned to this member.")
+        .with_callback(move |observer| {
+            observer.observe(assigned.assignment().len() as u64, &[]);
+        })
+        .build();
+    // The lag gauge, and the lag of the status line.
+    let lag = lag_monitor(&config, &security, &meter).await.map(Arc::new);
+    let activity = Arc::new(Activity::new(config.backoff()));
+    let mut builder = config
+        .configure(Worker::builder(source.clone()))
+        .meter(meter);
+    if let Some(sink) = config.dlq_sink()? {
+        builder = builder.dlq(sink);
+    }
+    if config.delay.is_some() {
+        builder = builder.delay(config.job_producer()?);
+    }
+    for (topic, handler) in routes {
+        builder = builder.route(topic, handler.into_service(activity.clone()));
+    }
+    let worker = builder.build()?;
+    if let Some(telemetry) = &telemetry {
+        telemetry.attach(worker.health(), source);
+    }
+    let watcher = exit_when_idle.map(|idle| {
+        tokio::spawn(watch_idle(
+            activity.clone(),
+            idle,
+            worker.health(),
+            worker.shutdown_handle(),
+        ))
+    });
+    tracing::info!(group = %config.worker.group, topics = ?config.topics().collect::<Vec<_>>(), "worker started");
+    let reporter = Reporter::start(
+        config.telemetry.report_every,
+        report::live_wanted(config.telemetry.log_format == LogFormat::Pretty),
+        activity.clone(),
+        worker.health(),
+        lag_probe(lag.clone()),
+    );
+    let result = worker.run_until_signal().await;
+    reporter.finish();
+    if let Some(watcher) = watcher {
+        watcher.abort();
+    }
+    if let Some(telemetry) = telemetry {
+        telemetry.stop().await;
+    }
+    let summary = result.context("the worker stopped with an error")?;
+    let stats = Stats::new(&summary, &activity, started.elapsed());
+    eprintln!("{}", stats.line());
+    if let Some(path) = stats_json {
+        std::fs::write(&path, stats.to_json())
+            .with_context(|| format!("writing the statistics to {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The group's total lag on the route topics as last sampled (`None` until a sample has lag).
+fn lag_probe(lag: Option<Arc<LagMonitor>>) -> report::LagProbe {
+    Box::new(move || {
+        let offsets = lag.as_ref()?.latest();
+        let known: Vec<i64> = offsets.iter().map(|p| p.lag).filter(|l| *l >= 0).collect();
+        (!known.is_empty()).then(|| known.iter().sum())
+    })
+}
+
+/// Samples the group's lag on the route topics for the lag gauge; `None` (with a warning) when the
+/// cluster cannot be reached for it.
+async fn lag_monitor(config: &Config, security: &Security, meter: &Meter) -> Option<LagMonitor> {
+    match Admin::connect_with(config.kafka.bootstrap.clone(), security).await {
+        Ok(admin) => Some(LagMonitor::start(
+            admin,
+            config.worker.group.clone(),
+            config.topics().map(str::to_owned).collect(),
+            config.telemetry.lag_interval,
+            meter,
+        )),
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot sample the share group's lag: no lag gauge");
+            None
+        }
+    }
+}
+
+/// Shuts the worker down once no handler has run for `idle` since it began taking work (its
+/// start-up reads of the group's configs are not idleness).
+async fn watch_idle(
+    activity: Arc<Activity>,
+    idle: Duration,
+    health: WorkerHealth,
+    shutdown: ShutdownHandle,
+) {
+    let tick = (idle / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
+    while health.since_last_pass().is_none() {
+        tokio::time::sleep(tick).await;
+    }
+    activity.began();
+    loop {
+        tokio::time::sleep(tick).await;
+        if activity.idle_for().is_some_and(|for_| for_ >= idle) {
+            tracing::info!(?idle, "idle: shutting down");
+            shutdown.shutdown();
+            return;
+        }
+    }
+}
