@@ -137,7 +137,7 @@ for version in ${KAFKA_MATRIX-4.3.1 4.4.0}; do
     eval "$(broker env)"
     export KAFKA_VERSION=$version
     cargo test -p tests --all-features "${matrix_suites[@]}"
-    cargo test -p worker-cli --test cli
+    cargo test -p worker-cli --test cli -- --skip ui::
   )
   [[ $port == "$dlq_port" ]] || broker stop
   matrix_port=$((matrix_port + 10))

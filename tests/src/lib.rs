@@ -13,7 +13,7 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::OwnedMessage;
+use rdkafka::message::{Headers, Message, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -77,7 +77,8 @@ pub fn ledger_record(seq: usize) -> String {
     format!("{seq}:{sum}")
 }
 
-/// Every record of partition 0 of `topic`, read from the start up to its end as of the call.
+/// Every record of `topic`, read from the start up to its end as of the call, in partition and
+/// offset order.
 pub async fn read_all(topic: String) -> anyhow::Result<Vec<OwnedMessage>> {
     read_all_at(&bootstrap(), topic).await
 }
@@ -90,29 +91,53 @@ pub async fn read_all_at(bootstrap: &str, topic: String) -> anyhow::Result<Vec<O
             .set("group.id", unique("reader"))
             .set("enable.auto.commit", "false")
             .create()?;
-        let (low, high) = consumer.fetch_watermarks(&topic, 0, Duration::from_secs(10))?;
+        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
+        let partitions: Vec<i32> = metadata
+            .topics()
+            .iter()
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect();
+        ensure!(!partitions.is_empty(), "{topic} has no partitions");
+        let mut assignment = TopicPartitionList::new();
+        let mut left = 0;
+        for partition in partitions {
+            let (low, high) =
+                consumer.fetch_watermarks(&topic, partition, Duration::from_secs(10))?;
+            if high > low {
+                assignment.add_partition_offset(&topic, partition, Offset::Offset(low))?;
+                left += usize::try_from(high - low)?;
+            }
+        }
         let mut out = Vec::new();
-        if high <= low {
+        if left == 0 {
             return Ok(out);
         }
-        let mut assignment = TopicPartitionList::new();
-        assignment.add_partition_offset(&topic, 0, Offset::Offset(low))?;
         consumer.assign(&assignment)?;
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while out.len() < usize::try_from(high - low)? {
+        while out.len() < left {
             ensure!(
                 std::time::Instant::now() < deadline,
-                "{} of {} records of {topic} within 60 s",
-                out.len(),
-                high - low
+                "{} of {left} records of {topic} within 60 s",
+                out.len()
             );
             if let Some(message) = consumer.poll(Duration::from_millis(200)) {
                 out.push(message?.detach());
             }
         }
+        out.sort_by_key(|m| (m.partition(), m.offset()));
         Ok(out)
     })
     .await?
+}
+
+/// The value of the last header `key` of `message`, as text (lossy).
+pub fn header(message: &OwnedMessage, key: &str) -> Option<String> {
+    message
+        .headers()?
+        .iter()
+        .filter(|h| h.key == key)
+        .last()
+        .map(|h| String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned())
 }
 
 /// An rdkafka client configuration pointed at the test broker.

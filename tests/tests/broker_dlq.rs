@@ -9,9 +9,10 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use rdkafka::message::{Headers, Message, OwnedMessage};
+use rdkafka::message::{Message, OwnedMessage};
 use tests::{
-    create_topic_with_config_at, dlq_broker, produce, producer_at, read_all_at, unique, wait_for,
+    create_topic_with_config_at, dlq_broker, header, produce, producer_at, read_all_at, unique,
+    wait_for,
 };
 use tower::service_fn;
 use worker_core::dlq::{KafkaDlqSink, headers};
@@ -23,16 +24,6 @@ use worker_core::{ErrorKind, Job, Outcome, Worker};
 const TOPIC_KEY: &str = "errors.deadletterqueue.topic.name";
 const COPY_KEY: &str = "errors.deadletterqueue.copy.record.enable";
 const GROUP_ENABLE: (&str, &str) = ("errors.deadletterqueue.group.enable", "true");
-
-/// The value of header `key` of `message`, as text.
-fn header(message: &OwnedMessage, key: &str) -> Option<String> {
-    let headers = message.headers()?;
-    headers
-        .iter()
-        .filter(|h| h.key == key)
-        .last()
-        .map(|h| String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned())
-}
 
 /// The broker's letters in `dlq` once there are `count` of them (they are written after the
 /// REJECT is answered, so they may come a moment later).

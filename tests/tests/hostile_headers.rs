@@ -9,9 +9,9 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, ensure};
 use rdkafka::Message;
-use rdkafka::message::{Header, Headers, OwnedHeaders, OwnedMessage};
+use rdkafka::message::{Header, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use tests::{read_records, unique, wait_for};
+use tests::{header, read_records, unique, wait_for};
 use tower::service_fn;
 use worker_core::delay::{DelayTopic, format_not_before, headers};
 use worker_core::dlq::{KafkaDlqSink, headers as dlq};
@@ -66,14 +66,6 @@ async fn send(
         .await
         .map_err(|(err, _)| anyhow::anyhow!("producing to {topic}: {err}"))?;
     Ok(())
-}
-
-fn header(message: &OwnedMessage, key: &str) -> Option<String> {
-    message
-        .headers()
-        .and_then(|h| h.iter().filter(|h| h.key == key).last())
-        .and_then(|h| h.value)
-        .map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
 fn value(message: &OwnedMessage) -> String {

@@ -720,10 +720,7 @@ async fn the_dashboard_lists_the_groups_broker_letters_by_the_brokers_reason() {
     produce(&bootstrap, &topic, &[("k0", "poison", &[])]).await;
     settle(&groups[0], &topic, 1, &[0]).await;
     wait_records(&dlq, 1).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = free_port();
     let text_cfg =
         broker_config(
             &bootstrap,
@@ -746,7 +743,7 @@ async fn the_dashboard_lists_the_groups_broker_letters_by_the_brokers_reason() {
     let counts = format!("http://127.0.0.1:{port}/ui/live/dlq/{dlq}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let answer = crate::telemetry::get(&counts).await;
+        let answer = crate::support::get(&counts).await;
         if let Some((200, body)) = &answer
             && body.contains(">broker_rejected<")
             && body.contains(&format!(">{topic}<"))
@@ -759,7 +756,7 @@ async fn the_dashboard_lists_the_groups_broker_letters_by_the_brokers_reason() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let page = crate::telemetry::get(&format!("http://127.0.0.1:{port}/ui/dlq/{dlq}")).await;
+    let page = crate::support::get(&format!("http://127.0.0.1:{port}/ui/dlq/{dlq}")).await;
     let (status, body) = page.expect("the letters page");
     assert_eq!(status, 200, "{body}");
     assert!(

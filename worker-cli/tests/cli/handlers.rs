@@ -101,10 +101,7 @@ async fn http_failures_name_the_url_without_its_secrets() {
     let scratch = Scratch::new();
     let topic = unique("cli-http-secret");
     let group = unique("cli-http-secret-group");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = free_port();
     let route = format!(
         "handler = \"http\"\nurl = \"http://hook-user:pw-s3cret@127.0.0.1:{port}/hook/k3y-path?token=t0k3n\"\ntimeout = \"2s\""
     );
@@ -130,7 +127,7 @@ async fn http_failures_name_the_url_without_its_secrets() {
         serde_json::from_str(&std::fs::read_to_string(&stats).expect("the stats file"))
             .expect("stats JSON");
     assert_eq!(count(&stats, "dlq"), 1, "{stats}");
-    let letter = &read_headers(&format!("{topic}.dlq"), 1)[0];
+    let letter = &read_headers(&format!("{topic}.dlq"), 1).await[0];
     let error = header_value(letter, "share.dlq.error").expect("a share.dlq.error header");
     assert!(
         error.starts_with(&format!("http://127.0.0.1:{port}/hook/…: request failed")),

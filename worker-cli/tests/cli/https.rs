@@ -167,8 +167,8 @@ fn another_route(topic: &str, keys: &str) -> String {
 }
 
 /// The `share.dlq.error` of the first dead letter of `topic`.
-fn dead_letter_error(topic: &str) -> String {
-    let letter = read_headers(&format!("{topic}.dlq"), 1).remove(0);
+async fn dead_letter_error(topic: &str) -> String {
+    let letter = read_headers(&format!("{topic}.dlq"), 1).await.remove(0);
     header_value(&letter, "share.dlq.error").expect("share.dlq.error")
 }
 
@@ -215,10 +215,10 @@ async fn an_https_route_trusts_its_ca_file_and_dead_letters_an_unknown_issuer_or
     assert_eq!(seen, ["ok-1", "ok-2", "ok-3"], "nothing else got through");
     assert!(bodies(&misnamed_seen).is_empty());
     assert_eq!(
-        dead_letter_error(&untrusted),
+        dead_letter_error(&untrusted).await,
         "TLS certificate error: the server's certificate was refused: invalid peer certificate: UnknownIssuer"
     );
-    let error = dead_letter_error(&misnamed);
+    let error = dead_letter_error(&misnamed).await;
     assert!(
         error.starts_with(
             "TLS certificate error: the server's certificate was refused: invalid peer certificate: certificate not valid for name \"localhost\""
@@ -347,7 +347,7 @@ async fn a_client_certificate_opens_a_mutual_tls_endpoint_and_its_absence_is_a_t
     let mut seen = bodies(&seen);
     seen.sort();
     assert_eq!(seen, ["ok-1", "ok-2"]);
-    let error = dead_letter_error(&without);
+    let error = dead_letter_error(&without).await;
     assert_eq!(
         error,
         "TLS certificate error: the server refused the client certificate: received fatal alert: CertificateRequired"

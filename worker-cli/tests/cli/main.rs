@@ -1,5 +1,6 @@
 //! The built `share-worker` binary against the real broker (`KAFKA_BOOTSTRAP`, default
-//! 127.0.0.1:9092; `scripts/kafka.sh start` runs one). Each test uses its own topics and group.
+//! 127.0.0.1:9092; `scripts/kafka.sh start` runs one), and its dashboard in headless Chromium
+//! ([`ui`]). Each test uses its own topics and group.
 
 mod fake_http;
 mod support;
@@ -14,4 +15,5 @@ mod run;
 mod security;
 mod status;
 mod telemetry;
+mod ui;
 mod untrusted;

@@ -580,10 +580,7 @@ async fn produce_raw(dlq: &str, target: &str, name: &[u8]) -> i64 {
 async fn a_back_dated_record_is_listed_by_the_time_it_was_dead_lettered() {
     let scratch = Scratch::new();
     let topic = unique("cli-replay-backdated");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = free_port();
     let route =
         "handler = \"exec\"\ncommand = [\"sh\", \"-c\", \"exit 2\"]\nreject-exit-codes = [2]";
     let text = config(&unique("cli-replay-backdated-group"), &topic, route).replace(
@@ -630,14 +627,9 @@ async fn a_back_dated_record_is_listed_by_the_time_it_was_dead_lettered() {
         Some(two_days_ago.to_string().as_bytes())
     );
 
-    let _ui = tokio::process::Command::new(BIN)
-        .args(["ui", "--config", cfg])
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("starting share-worker ui");
+    let _ui = spawn(&["ui", "--config", cfg], &scratch.0.join("ui.log"));
     let page =
-        crate::telemetry::wait_ok(&format!("http://127.0.0.1:{port}/ui/dlq/{dlq}?since=1h")).await;
+        crate::support::wait_ok(&format!("http://127.0.0.1:{port}/ui/dlq/{dlq}?since=1h")).await;
     assert!(
         page.contains("data-partition=\"0\" data-offset=\"0\""),
         "the letter is not listed under since=1h:\n{page}"

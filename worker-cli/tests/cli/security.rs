@@ -192,7 +192,7 @@ async fn setup_produce_run_check(
     assert_eq!(count(&stats, "accepted"), 2, "{what}: {stats}");
     assert_eq!(count(&stats, "rejected"), 1, "{what}: {stats}");
     assert_eq!(count(&stats, "dlq"), 1, "{what}: {stats}");
-    let letters = read_headers(&format!("{topic}.dlq"), 1);
+    let letters = read_headers(&format!("{topic}.dlq"), 1).await;
     assert_eq!(
         header_value(&letters[0], "share.dlq.reason").as_deref(),
         Some("rejected"),
@@ -230,7 +230,7 @@ async fn run_over_sasl_ssl_with_plain_writes_dead_letters_and_no_password() {
     let (out, stats) = run_secured(&scratch, cfg, &[("RUST_LOG", "debug")], "over SASL_SSL").await;
     assert_eq!(count(&stats, "accepted"), 2, "{stats}");
     assert_eq!(count(&stats, "dlq"), 1, "{stats}");
-    let letters = read_headers(&format!("{topic}.dlq"), 1);
+    let letters = read_headers(&format!("{topic}.dlq"), 1).await;
     assert_eq!(
         header_value(&letters[0], "share.dlq.reason").as_deref(),
         Some("rejected")

@@ -5,19 +5,13 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::process::Command;
+use tokio::process::{Child, Command};
 
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_share-worker");
 /// No command of a test may take longer.
 pub(crate) const DEADLINE: Duration = Duration::from_secs(120);
 
-pub(crate) fn bootstrap() -> String {
-    std::env::var("KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
-}
-
-pub(crate) fn unique(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
-}
+pub(crate) use tests::{bootstrap, unique};
 
 /// A scratch directory removed at the end of the test.
 pub(crate) struct Scratch(pub(crate) PathBuf);
@@ -40,6 +34,27 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// A port nothing listens on now.
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// `share-worker ARGS` in the background, its stderr to `log`; killed when dropped.
+pub(crate) fn spawn(args: &[&str], log: &Path) -> Child {
+    let stderr = std::fs::File::create(log).expect("a log file");
+    Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting share-worker")
 }
 
 /// Runs the binary with `args` (and `env`) to completion within the deadline.
@@ -190,42 +205,25 @@ pub(crate) fn count(stats: &Value, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key} in {stats}"))
 }
 
-/// The headers of the first `count` records of partition 0 of `topic`, from the beginning.
-pub(crate) fn read_headers(topic: &str, count: usize) -> Vec<Vec<(String, Vec<u8>)>> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
+/// The headers of the first `count` records of partition 0 of `topic`, from the beginning
+/// (waiting for them).
+pub(crate) async fn read_headers(topic: &str, count: usize) -> Vec<Vec<(String, Vec<u8>)>> {
     use rdkafka::message::{Headers, Message};
-    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("group.id", unique("cli-reader"))
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("a consumer");
-    let mut assignment = rdkafka::TopicPartitionList::new();
-    assignment
-        .add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
-        .expect("an assignment");
-    consumer.assign(&assignment).expect("assigning");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let mut out = Vec::new();
-    while out.len() < count {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "read {} of {count} records of {topic}",
-            out.len()
-        );
-        let Some(message) = consumer.poll(Duration::from_millis(200)) else {
-            continue;
-        };
-        let message = message.expect("a record");
-        let headers = message.headers().map_or_else(Vec::new, |headers| {
-            headers
-                .iter()
-                .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
-                .collect()
-        });
-        out.push(headers);
-    }
-    out
+    let records = tests::read_records(topic.to_owned(), count, Duration::ZERO)
+        .await
+        .unwrap_or_else(|err| panic!("reading {topic}: {err:#}"));
+    records
+        .iter()
+        .take(count)
+        .map(|message| {
+            message.headers().map_or_else(Vec::new, |headers| {
+                headers
+                    .iter()
+                    .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
+                    .collect()
+            })
+        })
+        .collect()
 }
 
 pub(crate) fn header_value(headers: &[(String, Vec<u8>)], key: &str) -> Option<String> {
@@ -272,76 +270,46 @@ pub(crate) async fn records(topic: &str) -> Vec<Record> {
 
 /// [`records`] on the broker at `bootstrap`.
 pub(crate) async fn records_at(bootstrap: &str, topic: &str) -> Vec<Record> {
-    let (bootstrap, topic) = (bootstrap.to_owned(), topic.to_owned());
-    tokio::task::spawn_blocking(move || read_all(&bootstrap, &topic))
-        .await
-        .expect("the reader task")
-}
-
-fn read_all(bootstrap: &str, topic: &str) -> Vec<Record> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::message::{Headers, Message};
-    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", unique("cli-replay-reader"))
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("a consumer");
-    let metadata = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(15))
-        .expect("metadata");
-    let partitions: Vec<i32> = metadata.topics()[0]
-        .partitions()
+    let messages = tests::read_all_at(bootstrap, topic.to_owned())
+        .await
+        .unwrap_or_else(|err| panic!("reading {topic}: {err:#}"));
+    messages
         .iter()
-        .map(|p| p.id())
-        .collect();
-    assert!(!partitions.is_empty(), "{topic} has no partitions");
-    let mut ends = std::collections::HashMap::new();
-    let mut assignment = rdkafka::TopicPartitionList::new();
-    for p in partitions {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, p, Duration::from_secs(15))
-            .expect("watermarks");
-        if high > low {
-            ends.insert(p, high);
-            assignment
-                .add_partition_offset(topic, p, rdkafka::Offset::Offset(low))
-                .expect("an assignment");
-        }
-    }
-    let mut out = Vec::new();
-    if ends.is_empty() {
-        return out;
-    }
-    consumer.assign(&assignment).expect("assigning");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !ends.is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{topic}: read {} records, still waiting for {ends:?}",
-            out.len()
-        );
-        let Some(message) = consumer.poll(Duration::from_millis(200)) else {
-            continue;
-        };
-        let message = message.expect("a record");
-        let headers = message.headers().map_or_else(Vec::new, |h| {
-            h.iter()
-                .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
-                .collect()
-        });
-        if ends.get(&message.partition()) == Some(&(message.offset() + 1)) {
-            ends.remove(&message.partition());
-        }
-        out.push(Record {
+        .map(|message| Record {
             partition: message.partition(),
             offset: message.offset(),
             key: message.key().map(<[u8]>::to_vec),
             value: message.payload().map(<[u8]>::to_vec),
-            headers,
+            headers: message.headers().map_or_else(Vec::new, |h| {
+                h.iter()
+                    .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
+                    .collect()
+            }),
             timestamp: message.timestamp().to_millis(),
-        });
+        })
+        .collect()
+}
+
+/// GETs `url`: the status and body, or `None` if nothing answers.
+pub(crate) async fn get(url: &str) -> Option<(u16, String)> {
+    let response = reqwest::get(url).await.ok()?;
+    let status = response.status().as_u16();
+    Some((status, response.text().await.ok()?))
+}
+
+/// Polls `url` until it answers 200, within the deadline.
+pub(crate) async fn wait_ok(url: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = get(url).await;
+        if let Some((200, body)) = &answer {
+            return body.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{url} never answered 200; last: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    out.sort_by_key(|r| (r.partition, r.offset));
-    out
 }

@@ -13,29 +13,6 @@ use tokio::process::Command;
 use crate::fake_http::{Exports, Seen, collector, serve};
 use crate::support::*;
 
-/// GETs `url`: the status and body, or `None` if nothing answers.
-pub(crate) async fn get(url: &str) -> Option<(u16, String)> {
-    let response = reqwest::get(url).await.ok()?;
-    let status = response.status().as_u16();
-    Some((status, response.text().await.ok()?))
-}
-
-/// Polls `url` until it answers 200, within the deadline.
-pub(crate) async fn wait_ok(url: &str) -> String {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let answer = get(url).await;
-        if let Some((200, body)) = &answer {
-            return body.clone();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{url} never answered 200; last: {answer:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// One sample of the Prometheus text: name, labels, value.
 pub(crate) type Sample = (String, std::collections::BTreeMap<String, String>, f64);
 
@@ -84,10 +61,7 @@ async fn metrics_move_during_a_run_with_retries_and_dead_letters() {
     let scratch = Scratch::new();
     let topic = unique("cli-telemetry");
     let group = unique("cli-telemetry-group");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = free_port();
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding");
     let addr = listener.local_addr().expect("an address");
     let server = tokio::spawn(serve(listener, Arc::new(Mutex::new(Seen::default()))));
@@ -356,7 +330,7 @@ async fn spans_and_metrics_reach_an_otlp_collector_and_dead_letters_keep_the_tra
 
     // The dead letter continues from the failed attempt's span, with the original tracestate.
     let dlq = format!("{topic}.dlq");
-    let letter = read_headers(&dlq, 1).remove(0);
+    let letter = read_headers(&dlq, 1).await.remove(0);
     let carried = format!("00-{TRACE}-{reject_span}-01");
     assert_eq!(header_value(&letter, "traceparent"), Some(carried.clone()));
     assert_eq!(
@@ -367,7 +341,7 @@ async fn spans_and_metrics_reach_an_otlp_collector_and_dead_letters_keep_the_tra
     // A replay puts it back on its topic with the same context.
     let out = share_worker(&["dlq", "replay", "--config", cfg, "--topic", &dlq], &[]).await;
     assert_ok(&out, "dlq replay");
-    let records = read_headers(&topic, 3);
+    let records = read_headers(&topic, 3).await;
     assert_eq!(header_value(&records[2], "traceparent"), Some(carried));
     collector.abort();
     server.abort();
@@ -382,10 +356,7 @@ async fn a_frozen_worker_reports_the_stall_in_healthz_and_metrics() {
     let scratch = Scratch::new();
     let topic = unique("cli-stall");
     let group = unique("cli-stall-group");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = free_port();
     let text_cfg = config(&group, &topic, "handler = \"noop\"\ndelay = \"20s\"")
         .replace("lock-duration = \"20s\"", "lock-duration = \"1s\"")
         .replace(
@@ -470,10 +441,7 @@ async fn counters_are_exported_at_zero_before_the_first_record() {
     let scratch = Scratch::new();
     let topic = unique("cli-zero");
     let group = unique("cli-zero-group");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = free_port();
     let text_cfg = config(&group, &topic, "handler = \"noop\"").replace(
         "[dlq]",
         &format!("[telemetry]\nlisten = \"127.0.0.1:{port}\"\n\n[dlq]"),

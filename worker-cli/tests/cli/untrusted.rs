@@ -42,7 +42,7 @@ async fn redirected(
     setup_and_produce(&scratch, cfg, &topic, 1, &["job-1"], &[]).await;
     let stats = run_until_idle(&scratch, cfg).await;
     server.abort();
-    let letter = read_headers(&format!("{topic}.dlq"), 1).remove(0);
+    let letter = read_headers(&format!("{topic}.dlq"), 1).await.remove(0);
     let paths = paths.lock().expect("the paths lock").clone();
     (stats, paths, letter, format!("http://{addr}/landing?next="))
 }
@@ -154,7 +154,7 @@ async fn exec_keeps_only_the_tail_of_a_flood_on_stderr() {
         peak_kib < (FLOOD_MIB << 10) / 2,
         "the worker's memory peaked at {peak_kib} KiB"
     );
-    let letter = read_headers(&format!("{topic}.dlq"), 1).remove(0);
+    let letter = read_headers(&format!("{topic}.dlq"), 1).await.remove(0);
     let error = header_value(&letter, "share.dlq.error").expect("share.dlq.error");
     assert!(error.starts_with("exit code 3: xxx"), "{error}");
     assert!(error.ends_with("x\\nlast words"), "{error}");
@@ -290,7 +290,7 @@ async fn exec_timeout_kills_what_the_command_started() {
         assert!(Instant::now() < deadline, "still running: {left:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let letter = read_headers(&format!("{topic}.dlq"), 1).remove(0);
+    let letter = read_headers(&format!("{topic}.dlq"), 1).await.remove(0);
     let error = header_value(&letter, "share.dlq.error").expect("share.dlq.error");
     assert!(error.starts_with("killed after 1s"), "{error}");
 }

@@ -4,7 +4,6 @@
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rcgen::{
@@ -12,7 +11,6 @@ use rcgen::{
     KeyUsagePurpose,
 };
 use reqwest::StatusCode;
-use tokio::process::{Child, Command};
 
 use super::listener::{Running, route_config};
 use crate::support::*;
@@ -166,18 +164,6 @@ async fn the_telemetry_listener_serves_https_a_rotated_certificate_and_its_allow
     eprintln!("the new certificate was served {took:?} after it was written");
 }
 
-/// `share-worker ui --config FILE` in the background; killed when dropped.
-fn spawn_ui(cfg: &Path) -> Child {
-    Command::new(BIN)
-        .args(["ui", "--config", cfg.to_str().expect("utf-8 path")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("starting share-worker ui")
-}
-
 /// A client from 127.0.0.`from` that shows redirects instead of following them.
 fn client_from(from: u8) -> reqwest::Client {
     reqwest::Client::builder()
@@ -198,10 +184,7 @@ fn csrf(page: &str) -> String {
 #[tokio::test]
 async fn the_dashboard_throttles_failed_sign_ins_per_address_and_answers_its_allowed_hosts_only() {
     let scratch = Scratch::new();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = free_port();
     let text = config(
         &unique("cli-throttle-group"),
         &unique("cli-throttle"),
@@ -214,7 +197,10 @@ async fn the_dashboard_throttles_failed_sign_ins_per_address_and_answers_its_all
         ),
     );
     let cfg = scratch.write("worker.toml", &text);
-    let _ui = spawn_ui(&cfg);
+    let _ui = spawn(
+        &["ui", "--config", cfg.to_str().expect("utf-8 path")],
+        &cfg.with_extension("log"),
+    );
     let base = format!("http://127.0.0.1:{port}");
     let login = format!("{base}/ui/login");
     let deadline = Instant::now() + Duration::from_secs(60);

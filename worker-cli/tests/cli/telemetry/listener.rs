@@ -45,10 +45,7 @@ impl Running {
         telemetry: &str,
     ) -> Self {
         let scratch = Scratch::new();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = free_port();
         let with_listener = |text: &str| {
             text.replace(
                 "[worker]",

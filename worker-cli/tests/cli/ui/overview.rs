@@ -2,8 +2,9 @@
 
 use serde::Deserialize;
 
-use crate::browser::{Chromium, free_port, screenshot, spawn, wait_listening, wait_until};
 use crate::support::*;
+use crate::support::{free_port, spawn};
+use crate::ui::browser::{Chromium, screenshot, wait_listening, wait_until};
 
 #[derive(Debug, Deserialize)]
 struct Shown {
@@ -74,13 +75,13 @@ async fn the_overview_shows_the_members_and_a_lag_that_falls_to_zero_during_a_ru
         .map(|m| m["member_id"].as_str().expect("a member id").to_owned())
         .collect();
     assert_eq!(shown.members, members, "the page's members are the group's");
-    let partitions: usize = crate::browser::eval(
+    let partitions: usize = crate::ui::browser::eval(
         &page,
         "document.querySelectorAll('#partitions td.lag').length",
     )
     .await;
     assert_eq!(partitions, 2, "one lag cell per partition");
-    let charts: usize = crate::browser::eval(
+    let charts: usize = crate::ui::browser::eval(
         &page,
         "document.querySelectorAll('figure.chart polyline').length",
     )

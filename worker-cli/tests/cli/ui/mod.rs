@@ -2,10 +2,6 @@
 //! protocol by chromiumoxide) against the real broker (`KAFKA_BOOTSTRAP`) and the built
 //! binary. Screenshots of each page go to `target/ui-screenshots/`.
 
-#[path = "../cli/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 mod browser;
 
 mod access;

@@ -5,11 +5,10 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::browser::{
-    Chromium, click_and_wait, eval, free_port, page_text, screenshot, spawn, tick, wait_listening,
-    wait_until,
-};
 use crate::support::*;
+use crate::ui::browser::{
+    Chromium, click_and_wait, eval, page_text, screenshot, tick, wait_listening, wait_until,
+};
 
 #[derive(Debug, Deserialize)]
 struct Letter {
@@ -145,7 +144,7 @@ async fn the_dead_letter_pages_list_a_poison_runs_letters_and_replay_one_to_a_wo
     let page = browser.open(&list).await;
     // The letters, once the dashboard has read the topic to its end (their status is known).
     let mut letters: Vec<Letter> = Vec::new();
-    let deadline = tokio::time::Instant::now() + crate::browser::PAGE_DEADLINE;
+    let deadline = tokio::time::Instant::now() + crate::ui::browser::PAGE_DEADLINE;
     while letters.len() != 3 || letters.iter().any(|l| l.status != "pending") {
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -235,7 +234,7 @@ async fn the_dead_letter_pages_list_a_poison_runs_letters_and_replay_one_to_a_wo
     assert!(accepted.lines().any(|l| l == replayed_value), "{accepted}");
     // And the page says the letter is replayed.
     let list_page = browser.open(&list).await;
-    let deadline = tokio::time::Instant::now() + crate::browser::PAGE_DEADLINE;
+    let deadline = tokio::time::Instant::now() + crate::ui::browser::PAGE_DEADLINE;
     loop {
         let letters: Vec<Letter> = eval(&list_page, LETTERS).await;
         if letters
@@ -295,7 +294,7 @@ async fn pages_are_bounded_follow_on_with_their_filter_and_cut_large_values() {
     let _ui = spawn(&["ui", "--config", &bed.cfg], &bed.scratch.0.join("ui.log"));
     let base = format!("http://127.0.0.1:{}", bed.port);
     wait_listening(&format!("{base}/ui/login")).await;
-    let client = crate::browser::http();
+    let client = crate::ui::browser::http();
     let get = |path: String| {
         let client = client.clone();
         let url = format!("{base}{path}");
@@ -371,13 +370,13 @@ async fn the_counts_take_in_every_letter_read_at_start_and_while_following() {
     bed.setup("1").await;
     let batch = BATCH.to_string();
     let letters = || bed.write_letters(&batch, "100", &["share.dlq.reason=rejected"]);
-    let client = crate::browser::http();
+    let client = crate::ui::browser::http();
     let counts_url = format!("http://127.0.0.1:{}/ui/live/dlq/{}", bed.port, bed.dlq);
     // Waits until the counts are caught up with `expected` letters read.
     let caught_up_with = |expected: u64| {
         let (client, url) = (client.clone(), counts_url.clone());
         async move {
-            let deadline = tokio::time::Instant::now() + crate::browser::PAGE_DEADLINE;
+            let deadline = tokio::time::Instant::now() + crate::ui::browser::PAGE_DEADLINE;
             loop {
                 let counts = client.get(&url).send().await.expect("GET").text().await;
                 let counts = counts.expect("the counts");

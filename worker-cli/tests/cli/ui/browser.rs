@@ -1,7 +1,6 @@
 //! A headless Chromium for one test, and what the tests ask of pages.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use chromiumoxide::browser::{Browser, BrowserConfig};
@@ -9,10 +8,9 @@ use chromiumoxide::handler::viewport::Viewport;
 use chromiumoxide::page::{Page, ScreenshotParams};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
-use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
-use crate::support::{BIN, Scratch};
+use crate::support::Scratch;
 
 /// How long a page may take to show what a test waits for.
 pub(crate) const PAGE_DEADLINE: Duration = Duration::from_secs(60);
@@ -194,27 +192,6 @@ pub(crate) async fn screenshot(page: &Page, name: &str) {
     page.save_screenshot(ScreenshotParams::builder().full_page(true).build(), &path)
         .await
         .unwrap_or_else(|err| panic!("saving {}: {err}", path.display()));
-}
-
-/// A port nothing listens on now.
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// `share-worker ARGS` in the background, its stderr to `log`; killed when dropped.
-pub(crate) fn spawn(args: &[&str], log: &Path) -> Child {
-    let stderr = std::fs::File::create(log).expect("a log file");
-    Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("starting share-worker")
 }
 
 /// Waits until `url` answers (any status), within the deadline.

@@ -6,11 +6,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use chromiumoxide::cdp::browser_protocol::network::{CookieParam, CookieSameSite};
 use reqwest::StatusCode;
 
-use crate::browser::{
-    Chromium, PAGE_DEADLINE, click_and_wait, fill, free_port, http, page_text, screenshot, spawn,
-    wait_listening, wait_until,
-};
 use crate::support::*;
+use crate::ui::browser::{
+    Chromium, PAGE_DEADLINE, click_and_wait, fill, http, page_text, screenshot, wait_listening,
+    wait_until,
+};
 
 /// 32 characters: shorter tokens are refused.
 const TOKEN: &str = "ui-test-token-7f3a-0123456789abc";
@@ -332,7 +332,7 @@ async fn over_https_the_session_cookie_is_secure_and_a_backdated_one_signs_nobod
         "expires {} (12 h after the sign-in: {lifetime_end})",
         session.expires
     );
-    let seen_by_scripts: String = crate::browser::eval(&page, "document.cookie").await;
+    let seen_by_scripts: String = crate::ui::browser::eval(&page, "document.cookie").await;
     assert!(!seen_by_scripts.contains(COOKIE), "{seen_by_scripts}");
 
     // The same cookie, its issue time 12 hours and a minute earlier: the sign-in page again.
