@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{duration, rate};
+use worker_core::defaults;
 pub use worker_core::kafka::OffsetReset;
 use worker_core::runtime::RateLimit;
 use worker_core::security::{Protocol, Secret};
@@ -575,40 +576,40 @@ pub const DEFAULT_ENV_PASS: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", 
 pub const RECORD_ENV_PREFIX: &str = "SHARE_WORKER_";
 
 fn default_client_id() -> String {
-    "share-worker".to_owned()
+    defaults::CLIENT_ID.to_owned()
 }
 fn default_max_wait() -> Duration {
-    Duration::from_millis(500)
+    defaults::MAX_WAIT
 }
 fn default_request_timeout() -> Duration {
-    Duration::from_secs(30)
+    defaults::REQUEST_TIMEOUT
 }
 fn default_concurrency() -> usize {
-    64
+    defaults::CONCURRENCY
 }
 fn default_max_poll_records() -> u32 {
-    500
+    defaults::MAX_POLL_RECORDS
 }
 fn default_renew_at() -> f64 {
-    0.5
+    defaults::RENEW_AT
 }
 fn default_job_timeout() -> Duration {
-    Duration::from_secs(300)
+    defaults::JOB_TIMEOUT
 }
 fn default_shutdown_grace() -> Duration {
-    Duration::from_secs(30)
+    defaults::SHUTDOWN_GRACE
 }
 fn default_max_delay() -> Duration {
-    worker_core::runtime::DEFAULT_MAX_DELAY
+    defaults::MAX_DELAY
 }
 fn default_backoff_initial() -> Duration {
-    Duration::from_secs(1)
+    defaults::BACKOFF_INITIAL
 }
 fn default_backoff_max() -> Duration {
-    Duration::from_secs(300)
+    defaults::BACKOFF_MAX
 }
 fn default_backoff_multiplier() -> f32 {
-    2.0
+    defaults::BACKOFF_FACTOR
 }
 fn default_otlp_interval() -> Duration {
     Duration::from_secs(10)
@@ -634,7 +635,7 @@ fn default_delay_topic() -> String {
     worker_core::delay::DEFAULT_TEMPLATE.to_owned()
 }
 fn default_max_hold() -> Duration {
-    Duration::from_secs(300)
+    defaults::MAX_HOLD
 }
 fn yes() -> bool {
     true

@@ -35,7 +35,10 @@ pub struct Backoff {
 impl Default for Backoff {
     /// 1 s after the first attempt, doubling up to 5 min, with jitter.
     fn default() -> Self {
-        Self::exponential(Duration::from_secs(1), Duration::from_secs(300))
+        Self::exponential(
+            crate::defaults::BACKOFF_INITIAL,
+            crate::defaults::BACKOFF_MAX,
+        )
     }
 }
 
@@ -45,7 +48,7 @@ impl Backoff {
         Self {
             initial,
             max,
-            factor: 2.0,
+            factor: crate::defaults::BACKOFF_FACTOR,
             jitter: true,
         }
     }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::rate::RateLimit;
+use crate::defaults;
 use crate::delay::{DelaySink, DelayTopic};
 use crate::policy::PolicyConfig;
 use crate::{Error, ErrorKind, Result};
@@ -14,12 +15,6 @@ pub(crate) struct DelayConfig {
     pub(crate) sink: Arc<dyn DelaySink>,
     pub(crate) topic: DelayTopic,
 }
-
-/// The longest wait held in the worker by default when a delay sink is configured.
-pub(crate) const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(300);
-
-/// The furthest ahead a record's `share.not-before` may be by default: 30 days.
-pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// Settings of one [`Worker`](super::Worker), checked once by the builder.
 #[derive(Clone, Debug)]
@@ -57,17 +52,17 @@ pub(crate) struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            concurrency: 64,
-            max_poll_records: 500,
-            renew_at: 0.5,
-            job_timeout: Duration::from_secs(300),
-            shutdown_grace: Duration::from_secs(30),
+            concurrency: defaults::CONCURRENCY,
+            max_poll_records: defaults::MAX_POLL_RECORDS,
+            renew_at: defaults::RENEW_AT,
+            job_timeout: defaults::JOB_TIMEOUT,
+            shutdown_grace: defaults::SHUTDOWN_GRACE,
             policy: PolicyConfig::default(),
             limit_refresh: Duration::from_secs(60),
             renewal: true,
             delay: None,
-            max_hold: DEFAULT_MAX_HOLD,
-            max_delay: DEFAULT_MAX_DELAY,
+            max_hold: defaults::MAX_HOLD,
+            max_delay: defaults::MAX_DELAY,
             rate_limit: None,
             broker_writes_letters: false,
         }

@@ -132,7 +132,6 @@ pub use summary::{AckFailures, DeadLetterCounts, Summary};
 
 use builder::RouteService;
 use config::Config;
-pub use config::DEFAULT_MAX_DELAY;
 use dispatch::Dispatcher;
 use routes::Routes;
 

@@ -750,3 +750,25 @@ fn broken_limits_and_delays_name_the_key_and_the_line() {
         assert_error(&err, key, line, says);
     }
 }
+
+/// A file that sets nothing gets the library's defaults: the TOML layer has none of its own.
+#[test]
+fn unset_keys_take_the_librarys_defaults() {
+    use worker_core::defaults;
+    let config = parse(&format!("{MINIMAL}[delay]\n")).unwrap();
+    let (kafka, worker) = (&config.kafka, &config.worker);
+    assert_eq!(kafka.client_id, defaults::CLIENT_ID);
+    assert_eq!(kafka.max_wait, defaults::MAX_WAIT);
+    assert_eq!(kafka.request_timeout, defaults::REQUEST_TIMEOUT);
+    assert_eq!(worker.concurrency, defaults::CONCURRENCY);
+    assert_eq!(worker.max_poll_records, defaults::MAX_POLL_RECORDS);
+    assert_eq!(worker.renew_at, defaults::RENEW_AT);
+    assert_eq!(worker.job_timeout, defaults::JOB_TIMEOUT);
+    assert_eq!(worker.shutdown_grace, defaults::SHUTDOWN_GRACE);
+    assert_eq!(worker.max_delay, defaults::MAX_DELAY);
+    assert_eq!(config.retry.backoff_initial, defaults::BACKOFF_INITIAL);
+    assert_eq!(config.retry.backoff_max, defaults::BACKOFF_MAX);
+    assert_eq!(config.retry.backoff_multiplier, defaults::BACKOFF_FACTOR);
+    let delay = config.delay.as_ref().expect("a [delay] table");
+    assert_eq!(delay.max_hold, defaults::MAX_HOLD);
+}

@@ -1,0 +1,36 @@
+//! Every default of the worker's settings, written once: the builders start from these, and the
+//! binary's TOML model (worker-cli) refers to them, so the two cannot disagree.
+
+use std::time::Duration;
+
+/// Handlers running at most (`WorkerBuilder::concurrency`, TOML `worker.concurrency`).
+pub const CONCURRENCY: usize = 64;
+/// The most records one fetch asks for (`max_poll_records`, `worker.max-poll-records`).
+pub const MAX_POLL_RECORDS: u32 = 500;
+/// When a running record's lock is renewed, as a fraction of the lock (`renew_at`,
+/// `worker.renew-at`), and how often after that.
+pub const RENEW_AT: f64 = 0.5;
+/// How long one handler may run (`job_timeout`, `worker.job-timeout`).
+pub const JOB_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long shutdown waits for running handlers (`shutdown_grace`, `worker.shutdown-grace`).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// The longest wait held in the worker when a delay sink is configured (`max_hold`,
+/// `delay.max-hold`).
+pub const MAX_HOLD: Duration = Duration::from_secs(300);
+/// The furthest ahead a record's `share.not-before` may be (`max_delay`, `worker.max-delay`):
+/// one due later is dead-lettered at once.
+pub const MAX_DELAY: Duration = Duration::from_secs(30 * 24 * 3600);
+/// The first retry's backoff (`Backoff::default`, `retry.backoff-initial`).
+pub const BACKOFF_INITIAL: Duration = Duration::from_secs(1);
+/// The longest backoff (`retry.backoff-max`).
+pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// How much each backoff grows over the one before (`Backoff::factor`,
+/// `retry.backoff-multiplier`).
+pub const BACKOFF_FACTOR: f32 = 2.0;
+/// The client id sent to the brokers (`KafkaSourceBuilder::client_id`, `kafka.client-id`).
+pub const CLIENT_ID: &str = "share-worker";
+/// How long an idle fetch waits at the broker (`KafkaSourceBuilder::max_wait`, `kafka.max-wait`).
+pub const MAX_WAIT: Duration = Duration::from_millis(500);
+/// How long one broker request may take (`KafkaSourceBuilder::request_timeout`,
+/// `kafka.request-timeout`).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
