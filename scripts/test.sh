@@ -7,7 +7,8 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 
-step() { printf '\n==> %s\n' "$*" >&2; }
+started=$(date +%s)
+step() { printf '\n==> [%4ds] %s\n' "$(($(date +%s) - started))" "$*" >&2; }
 
 for component in rustfmt clippy; do
   if ! rustup component list --installed 2>/dev/null | grep -q "^$component"; then
@@ -31,6 +32,14 @@ if [[ -z "${CHROMIUM:-}" ]] && ! command -v chromium >/dev/null 2>&1; then
   [[ $(id -u) -eq 0 ]] || sudo=sudo
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+fi
+
+# cargo-nextest runs the tests (.config/nextest.toml): binaries in parallel, a deadline per test,
+# JUnit output in target/nextest/default/junit.xml; pinned, built from crates.io.
+nextest_version=0.9.151
+if [[ "$(cargo nextest --version 2>/dev/null | head -n 1)" != "cargo-nextest $nextest_version"* ]]; then
+  step "installing cargo-nextest $nextest_version"
+  cargo install --locked --quiet cargo-nextest --version "$nextest_version"
 fi
 
 # What this script started, stopped again on exit.
@@ -113,8 +122,9 @@ cargo deny --offline check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
-step "cargo test"
-cargo test --workspace --all-features
+step "cargo nextest run (every test), then the doc tests"
+cargo nextest run --workspace --all-features
+cargo test --workspace --all-features --doc
 
 # The version matrix: the real-broker suites of the native client, the admin client, the runtime,
 # the dead-letter sink and the binary again on each newer Kafka release, each on a broker of its
@@ -136,9 +146,10 @@ for version in ${KAFKA_MATRIX-4.3.1 4.4.0}; do
   (
     eval "$(broker env)"
     export KAFKA_VERSION=$version
-    cargo test -p tests --all-features "${matrix_suites[@]}"
-    cargo test -p worker-cli --test cli -- --skip ui::
+    cargo nextest run -p tests -p worker-cli --all-features "${matrix_suites[@]}" --test cli \
+      -E 'not (package(worker-cli) & test(/^ui::/))'
   )
   [[ $port == "$dlq_port" ]] || broker stop
   matrix_port=$((matrix_port + 10))
 done
+step "done"

@@ -97,9 +97,10 @@ async fn a_dead_letter_keeps_the_record_and_names_its_origin() -> anyhow::Result
     let message = read_one(&dlq_topic)?;
     assert_eq!(message.key(), Some(&b"customer-7"[..]));
     assert_eq!(message.payload(), Some(&b"{\"to\":\"+15550100\"}"[..]));
+    // Written at the time the worker gave up on the record; the record's own time in a header.
     assert_eq!(
         message.timestamp(),
-        Timestamp::CreateTime(1_700_000_000_123)
+        Timestamp::CreateTime(1_764_500_000_007)
     );
 
     let found: Vec<(String, Option<Vec<u8>>)> = message
@@ -116,8 +117,8 @@ async fn a_dead_letter_keeps_the_record_and_names_its_origin() -> anyhow::Result
         .collect();
     assert_eq!(
         found.len(),
-        12,
-        "two original headers plus ten provenance headers: {found:?}"
+        13,
+        "two original headers plus eleven provenance headers: {found:?}"
     );
     assert_eq!(
         found[0].0, "traceparent",
@@ -144,6 +145,7 @@ async fn a_dead_letter_keeps_the_record_and_names_its_origin() -> anyhow::Result
     assert_eq!(text(headers::FAILED_AT), "2025-11-30T10:53:20.007Z");
     assert_eq!(text(headers::WORKER), "worker-1");
     assert_eq!(text(headers::HANDLER), "send_sms");
+    assert_eq!(text(headers::RECORD_TIMESTAMP), "1700000000123");
     Ok(())
 }
 
