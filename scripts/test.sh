@@ -122,6 +122,14 @@ cargo deny --offline check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
+# The library builds without librdkafka (feature `rdkafka` off): no C toolchain, no OpenSSL.
+step "worker-core without librdkafka"
+cargo clippy -p worker-core --no-default-features --all-targets -- -D warnings
+if cargo tree -p worker-core --no-default-features -e normal | grep -E 'rdkafka|openssl-sys'; then
+  echo "worker-core without its rdkafka feature still depends on librdkafka or OpenSSL" >&2
+  exit 1
+fi
+
 step "cargo nextest run (every test), then the doc tests"
 cargo nextest run --workspace --all-features
 cargo test --workspace --all-features --doc

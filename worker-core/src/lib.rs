@@ -65,6 +65,7 @@ mod job;
 pub mod kafka;
 mod outcome;
 pub mod policy;
+#[cfg(feature = "rdkafka")]
 pub mod produce;
 pub mod runtime;
 pub mod security;

@@ -146,6 +146,7 @@ fn enqueue_fns(krate: &Path, vis: &syn::Visibility, signature: &HandlerSignature
         return TokenStream::new();
     };
     quote! {
+        #private::with_job_producer! {
         /// Enqueues a job for this handler on its topic ([`Self::TOPIC`]), with the payload type
         /// the handler takes; returns once the broker confirmed it.
         #vis async fn enqueue(
@@ -170,6 +171,7 @@ fn enqueue_fns(krate: &Path, vis: &syn::Visibility, signature: &HandlerSignature
             for<'__a> #last: #private::Payload,
         {
             producer.enqueue_as::<#last>(Self::TOPIC, payload, options).await
+        }
         }
     }
 }

@@ -49,7 +49,9 @@
 //! | `__dlq.errors.delivery.count` | the delivery count, decimal |
 //! | `__dlq.errors.message` | [`BROKER_REJECTED`] or [`BROKER_DELIVERY_LIMIT`] (Kafka 4.4.0's words) |
 
+#[cfg(feature = "rdkafka")]
 use super::DeadLetter;
+#[cfg(feature = "rdkafka")]
 use crate::source::Recovered;
 
 /// Prefix shared by every provenance header; replay strips headers with it.
@@ -162,6 +164,7 @@ pub fn is_provenance(key: &str) -> bool {
 }
 
 /// The provenance headers of `letter`, in the order of the tables above.
+#[cfg(feature = "rdkafka")]
 pub(crate) fn provenance(
     letter: &DeadLetter,
     group: &str,
@@ -197,6 +200,7 @@ pub(crate) fn provenance(
 }
 
 /// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
+#[cfg(feature = "rdkafka")]
 fn truncate(text: &str, max: usize) -> &str {
     if text.len() <= max {
         return text;
@@ -212,6 +216,7 @@ fn truncate(text: &str, max: usize) -> &str {
 mod tests {
     use super::*;
 
+    #[cfg(feature = "rdkafka")]
     #[test]
     fn truncates_on_char_boundaries() {
         assert_eq!(truncate("short", 10), "short");

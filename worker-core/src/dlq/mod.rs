@@ -16,6 +16,7 @@
 
 mod error;
 pub mod headers;
+#[cfg(feature = "rdkafka")]
 mod kafka;
 mod reason;
 mod topic;
@@ -27,6 +28,7 @@ use std::time::SystemTime;
 use crate::source::Delivery;
 
 pub use error::{DlqError, DlqErrorKind};
+#[cfg(feature = "rdkafka")]
 pub use kafka::{KafkaDlqSink, KafkaDlqSinkBuilder};
 pub use reason::DlqReason;
 pub use topic::DlqTopic;

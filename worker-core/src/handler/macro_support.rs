@@ -11,7 +11,27 @@ pub use tower::Service;
 pub use super::{
     FromJob, FromJobParts, Handler, HandlerService, IntoOutcome, JobDefinition, NamedJob,
 };
+#[cfg(feature = "rdkafka")]
 pub use crate::produce::{EnqueueOptions, Enqueued, JobProducer, Payload};
+
+/// Keeps the typed enqueue functions `#[handler]` generates when [`JobProducer`] exists (the
+/// `rdkafka` feature), and drops them without it: the macro cannot see worker-core's features.
+#[cfg(feature = "rdkafka")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __with_job_producer {
+    ($($tokens:tt)*) => { $($tokens)* };
+}
+
+/// Without the `rdkafka` feature there is no [`JobProducer`]: no typed enqueue.
+#[cfg(not(feature = "rdkafka"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __with_job_producer {
+    ($($tokens:tt)*) => {};
+}
+
+pub use crate::__with_job_producer as with_job_producer;
 pub use crate::{Job, Outcome, Result};
 
 /// Fails to compile, on the argument's span, unless `T` is a leading-argument extractor.

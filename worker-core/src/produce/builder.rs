@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::client::{Producer, producer_config};
-use super::{Inner, JobProducer};
+use super::producer::{Inner, JobProducer};
 use crate::security::Security;
 use crate::{Error, ErrorKind, Result};
 

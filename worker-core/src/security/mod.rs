@@ -35,6 +35,7 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(feature = "rdkafka")]
 mod rdkafka;
 pub(crate) mod sasl;
 mod secret;
@@ -45,6 +46,7 @@ mod untrusted;
 use std::fmt;
 use std::sync::Arc;
 
+#[cfg(feature = "rdkafka")]
 pub use self::rdkafka::KafkaContext;
 pub use sasl::{SaslConfig, ScramMechanism};
 pub use secret::Secret;

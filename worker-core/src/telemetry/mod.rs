@@ -41,7 +41,9 @@ mod trace_context;
 pub use lag::LagMonitor;
 pub use trace_context::{TRACEPARENT, TRACESTATE, format_traceparent, parse_traceparent};
 
-pub(crate) use trace_context::{continue_trace, current_trace_context, stamp};
+#[cfg(feature = "rdkafka")]
+pub(crate) use trace_context::current_trace_context;
+pub(crate) use trace_context::{continue_trace, stamp};
 
 /// The `tracing` target of the per-record `process` span. Filter it separately from the worker's
 /// logs: formatting a span per record costs a log layer several microseconds of CPU per record,

@@ -128,6 +128,7 @@ pub(crate) fn stamp(span: &Span, headers: &mut Vec<Header>) {
 /// The current span's trace context as `traceparent` and `tracestate` header values, when the
 /// span is exported through OpenTelemetry: what a producer sends along so that the job continues
 /// the trace that enqueued it.
+#[cfg(feature = "rdkafka")]
 pub(crate) fn current_trace_context() -> Option<(String, Option<String>)> {
     let span = Span::current();
     if span.is_disabled() {
