@@ -128,16 +128,7 @@ impl Jobs {
             }
             job
         };
-        let action = verb(job.request.action);
-        tracing::info!(
-            target: AUDIT,
-            job = job.id,
-            action,
-            dlq = ?job.request.dlq,
-            selection = ?job.what,
-            client = ?job.who,
-            "dashboard action started"
-        );
+        audit(&job, Audit::Started);
         let running = job.clone();
         tokio::spawn(async move {
             let progress = {
@@ -162,16 +153,7 @@ impl Jobs {
             match result {
                 Ok(tally) => {
                     let summary = tally.summary(job.request.action, &job.request.dlq);
-                    tracing::info!(
-                        target: AUDIT,
-                        job = job.id,
-                        action,
-                        dlq = ?job.request.dlq,
-                        selection = ?job.what,
-                        client = ?job.who,
-                        result = ?summary,
-                        "dashboard action done"
-                    );
+                    audit(job, Audit::Done(&summary));
                     // The summary line is the last note; the page shows it apart.
                     job.notes
                         .lock()
@@ -181,20 +163,117 @@ impl Jobs {
                 }
                 Err(err) => {
                     let why = format!("{err:#}");
-                    tracing::warn!(
-                        target: AUDIT,
-                        job = job.id,
-                        action,
-                        dlq = ?job.request.dlq,
-                        selection = ?job.what,
-                        client = ?job.who,
-                        error = ?why,
-                        "dashboard action failed"
-                    );
+                    audit(job, Audit::Failed(&why));
                     job.set(State::Failed(why));
                 }
             }
         });
         Ok(job)
+    }
+}
+
+/// What an audit line reports.
+enum Audit<'a> {
+    Started,
+    Done(&'a str),
+    Failed(&'a str),
+}
+
+/// One audit line about `job`. Every field a client or a letter chose (topic, selection, result,
+/// error) is logged with `Debug`, quoted and escaped, so none can forge a line of its own.
+fn audit(job: &Job, event: Audit<'_>) {
+    let action = verb(job.request.action);
+    let (dlq, selection, client) = (&job.request.dlq, &job.what, &job.who);
+    match event {
+        Audit::Started => tracing::info!(
+            target: AUDIT, job = job.id, action, dlq = ?dlq, selection = ?selection,
+            client = ?client, "dashboard action started"
+        ),
+        Audit::Done(result) => tracing::info!(
+            target: AUDIT, job = job.id, action, dlq = ?dlq, selection = ?selection,
+            client = ?client, result = ?result, "dashboard action done"
+        ),
+        Audit::Failed(error) => tracing::warn!(
+            target: AUDIT, job = job.id, action, dlq = ?dlq, selection = ?selection,
+            client = ?client, error = ?error, "dashboard action failed"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// A writer that keeps what the subscriber writes.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A selection, topic and error with line breaks and a terminal escape: each audit line
+    /// stays one line, with the text escaped.
+    #[test]
+    fn audit_lines_escape_what_clients_and_letters_chose() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let job = Job {
+            id: 7,
+            request: Request {
+                dlq: "sms.dlq\nforged topic".to_owned(),
+                reason: None,
+                to: None,
+                limit: None,
+                letters: None,
+                since_ms: None,
+                until_ms: None,
+                action: Action::Skip,
+            },
+            what: "reason x\nINFO forged: dashboard action done\u{1b}[2J".to_owned(),
+            who: "127.0.0.1:1".to_owned(),
+            state: Mutex::new(State::Failed(String::new())),
+            notes: Mutex::new(Vec::new()),
+        };
+        tracing::subscriber::with_default(subscriber, || {
+            audit(&job, Audit::Started);
+            audit(&job, Audit::Done("skipped 0\nforged"));
+            audit(&job, Audit::Failed("failed\r\nforged"));
+        });
+        let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        for line in &lines {
+            assert!(
+                line.contains("selection=\"reason x\\nINFO forged"),
+                "{line}"
+            );
+            assert!(line.contains("\\u{1b}[2J"), "{line}");
+            assert!(!line.contains('\u{1b}'), "{line}");
+        }
+        assert!(
+            lines[1].contains("result=\"skipped 0\\nforged\""),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[2].contains("error=\"failed\\r\\nforged\""),
+            "{}",
+            lines[2]
+        );
     }
 }

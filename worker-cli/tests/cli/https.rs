@@ -216,13 +216,15 @@ async fn an_https_route_trusts_its_ca_file_and_dead_letters_an_unknown_issuer_or
     assert!(bodies(&misnamed_seen).is_empty());
     assert_eq!(
         dead_letter_error(&untrusted).await,
-        "TLS certificate error: the server's certificate was refused: invalid peer certificate: UnknownIssuer"
+        format!(
+            "https://127.0.0.1:{port}/…: TLS certificate error: the server's certificate was refused: invalid peer certificate: UnknownIssuer"
+        )
     );
     let error = dead_letter_error(&misnamed).await;
     assert!(
-        error.starts_with(
-            "TLS certificate error: the server's certificate was refused: invalid peer certificate: certificate not valid for name \"localhost\""
-        ),
+        error.starts_with(&format!(
+            "https://localhost:{misnamed_port}/…: TLS certificate error: the server's certificate was refused: invalid peer certificate: certificate not valid for name \"localhost\""
+        )),
         "{error}"
     );
 }
@@ -350,7 +352,9 @@ async fn a_client_certificate_opens_a_mutual_tls_endpoint_and_its_absence_is_a_t
     let error = dead_letter_error(&without).await;
     assert_eq!(
         error,
-        "TLS certificate error: the server refused the client certificate: received fatal alert: CertificateRequired"
+        format!(
+            "https://localhost:{port}/…: TLS certificate error: the server refused the client certificate: received fatal alert: CertificateRequired"
+        )
     );
 }
 

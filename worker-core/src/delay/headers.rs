@@ -33,8 +33,16 @@ pub fn is_delay_header(key: &str) -> bool {
     )
 }
 
-/// `at` as the value of [`NOT_BEFORE`]: RFC 3339 in UTC with milliseconds.
+/// `at` as the value of [`NOT_BEFORE`]: RFC 3339 in UTC with milliseconds, rounded up to the
+/// next whole millisecond: a time cut down would let the job run up to a millisecond early.
 pub fn format_not_before(at: SystemTime) -> String {
+    let past_ms = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| since.subsec_nanos() % 1_000_000);
+    let at = match past_ms {
+        0 => at,
+        past => at + std::time::Duration::from_nanos(u64::from(1_000_000 - past)),
+    };
     humantime::format_rfc3339_millis(at).to_string()
 }
 
@@ -95,6 +103,17 @@ mod tests {
 
     fn at(secs: u64, millis: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis)
+    }
+
+    /// A time between two milliseconds is written as the later one: never earlier than asked.
+    #[test]
+    fn a_fraction_of_a_millisecond_rounds_up() {
+        let when = at(1_798_101_600, 250) + Duration::from_micros(1);
+        let text = format_not_before(when);
+        assert_eq!(text, "2026-12-24T08:40:00.251Z");
+        assert!(parse_not_before(text.as_bytes()).unwrap() >= when);
+        let whole = at(1_798_101_600, 999) + Duration::from_nanos(999_999);
+        assert_eq!(format_not_before(whole), "2026-12-24T08:40:01.000Z");
     }
 
     #[test]
