@@ -39,7 +39,8 @@ fi
 nextest_version=0.9.151
 if [[ "$(cargo nextest --version 2>/dev/null | head -n 1)" != "cargo-nextest $nextest_version"* ]]; then
   step "installing cargo-nextest $nextest_version"
-  cargo install --locked --quiet cargo-nextest --version "$nextest_version"
+  cargo install --locked --quiet cargo-nextest --version "$nextest_version" \
+    --no-default-features --features default-no-update
 fi
 
 # What this script started, stopped again on exit.
