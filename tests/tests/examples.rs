@@ -16,7 +16,7 @@ use worker_core::dlq::KafkaDlqSink;
 use worker_core::handler::JobDefinition;
 use worker_core::kafka::{Admin, KafkaSource};
 use worker_core::produce::JobProducer;
-use worker_core::{RateLimit, Worker};
+use worker_core::{RateLimit, Route, Worker};
 
 const JOBS: usize = 1_000;
 
@@ -80,8 +80,10 @@ async fn the_sms_worker_sends_every_valid_message_and_dead_letters_the_rest() ->
             .build()
             .await?,
     )
-    .route(topic.as_str(), send_sms.into_service(gateway.clone()))
-    .route_key_rate_limit(topic.as_str(), RateLimit::per_second(1))
+    .add_route(
+        Route::new(topic.as_str(), send_sms.into_service(gateway.clone()))
+            .key_rate_limit(RateLimit::per_second(1)),
+    )
     .concurrency(100)
     .backoff(demo_backoff())
     .delay(producer)

@@ -22,7 +22,7 @@ use worker_core::delay::{DelayTopic, headers, parse_not_before};
 use worker_core::dlq::KafkaDlqSink;
 use worker_core::kafka::{Admin, KafkaSource};
 use worker_core::produce::{EnqueueOptions, JobProducer};
-use worker_core::{Job, Outcome, RateLimit, Summary, Worker};
+use worker_core::{Job, Outcome, RateLimit, Route, Summary, Worker};
 
 /// A topic with its delay and dead-letter topics, and a group reading from the start with 5 s
 /// locks (renewed while records wait).
@@ -325,21 +325,23 @@ async fn a_hot_key_at_its_rate_limit_never_starves_the_other_keys() -> anyhow::R
     let log: Arc<Mutex<Vec<Entry>>> = Arc::default();
     let seen = log.clone();
     let worker = Worker::builder(source(&topic, &group).await?)
-        .route(
-            topic.as_str(),
-            service_fn(move |job: Job| {
-                let hot = job.key().map(|k| &k[..]) == Some(HOT_KEY.as_bytes());
-                seen.lock().expect("log").push((
-                    tokio::time::Instant::now(),
-                    hot,
-                    job.delivery().delivery_count,
-                    job.attempt(),
-                    job.payload().map(|p| p.to_vec()).unwrap_or_default(),
-                ));
-                async { Ok::<_, Infallible>(Outcome::Accept) }
-            }),
+        .add_route(
+            Route::new(
+                topic.as_str(),
+                service_fn(move |job: Job| {
+                    let hot = job.key().map(|k| &k[..]) == Some(HOT_KEY.as_bytes());
+                    seen.lock().expect("log").push((
+                        tokio::time::Instant::now(),
+                        hot,
+                        job.delivery().delivery_count,
+                        job.attempt(),
+                        job.payload().map(|p| p.to_vec()).unwrap_or_default(),
+                    ));
+                    async { Ok::<_, Infallible>(Outcome::Accept) }
+                }),
+            )
+            .key_rate_limit(RateLimit::per_second(10)),
         )
-        .route_key_rate_limit(topic.as_str(), RateLimit::per_second(10))
         .concurrency(64)
         .delay(producer.clone())
         .build()?;
@@ -426,36 +428,38 @@ async fn key_concurrency_one_never_runs_two_records_of_a_key_at_once() -> anyhow
     let most = Arc::new(AtomicUsize::new(0));
     let (r, d, m) = (running.clone(), done.clone(), most.clone());
     let worker = Worker::builder(source(&topic, &group).await?)
-        .route(
-            topic.as_str(),
-            service_fn(move |job: Job| {
-                let (running, done, most) = (r.clone(), d.clone(), m.clone());
-                async move {
-                    let key = job.key().map(|k| k.to_vec()).unwrap_or_default();
-                    let clash = {
-                        let mut running = running.lock().expect("map");
-                        let n = running.entry(key.clone()).or_default();
-                        *n += 1;
-                        most.fetch_max(running.values().sum(), Ordering::SeqCst);
-                        *running.get(&key).unwrap_or(&0) > 1
-                    };
-                    tokio::time::sleep(Duration::from_millis(30)).await;
-                    if let Some(n) = running.lock().expect("map").get_mut(&key) {
-                        *n -= 1;
+        .add_route(
+            Route::new(
+                topic.as_str(),
+                service_fn(move |job: Job| {
+                    let (running, done, most) = (r.clone(), d.clone(), m.clone());
+                    async move {
+                        let key = job.key().map(|k| k.to_vec()).unwrap_or_default();
+                        let clash = {
+                            let mut running = running.lock().expect("map");
+                            let n = running.entry(key.clone()).or_default();
+                            *n += 1;
+                            most.fetch_max(running.values().sum(), Ordering::SeqCst);
+                            *running.get(&key).unwrap_or(&0) > 1
+                        };
+                        tokio::time::sleep(Duration::from_millis(30)).await;
+                        if let Some(n) = running.lock().expect("map").get_mut(&key) {
+                            *n -= 1;
+                        }
+                        if clash {
+                            return Ok::<_, Infallible>(Outcome::reject(
+                                "two calls for one key at once",
+                            ));
+                        }
+                        done.lock()
+                            .expect("set")
+                            .insert(job.payload().map(|p| p.to_vec()).unwrap_or_default());
+                        Ok(Outcome::Accept)
                     }
-                    if clash {
-                        return Ok::<_, Infallible>(Outcome::reject(
-                            "two calls for one key at once",
-                        ));
-                    }
-                    done.lock()
-                        .expect("set")
-                        .insert(job.payload().map(|p| p.to_vec()).unwrap_or_default());
-                    Ok(Outcome::Accept)
-                }
-            }),
+                }),
+            )
+            .key_concurrency(1),
         )
-        .route_key_concurrency(topic.as_str(), 1)
         .concurrency(32)
         .delay(producer.clone())
         .build()?;

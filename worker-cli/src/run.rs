@@ -36,7 +36,7 @@ pub(crate) async fn run(
     let routes = config
         .routes
         .iter()
-        .map(|route| Ok((route.topic.clone(), handlers::handler(route)?)))
+        .map(|route| Ok((route, handlers::handler(route)?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let telemetry = match config.telemetry.listen {
         Some(addr) => {
@@ -108,8 +108,8 @@ pub(crate) async fn run(
     if config.delay.is_some() {
         builder = builder.delay(config.job_producer()?);
     }
-    for (topic, handler) in routes {
-        builder = builder.route(topic, handler.into_service(activity.clone()));
+    for (section, handler) in routes {
+        builder = builder.add_route(config.route(section, handler.into_service(activity.clone())));
     }
     let worker = builder.build()?;
     if let Some(telemetry) = &telemetry {

@@ -13,7 +13,7 @@ use worker_core::dlq::KafkaDlqSink;
 use worker_core::handler::NamedJob;
 use worker_core::kafka::{KafkaSource, OffsetReset};
 use worker_core::produce::JobProducer;
-use worker_core::{RateLimit, Worker};
+use worker_core::{RateLimit, Route, Worker};
 
 #[tokio::main]
 async fn main() -> worker_core::Result<()> {
@@ -35,8 +35,7 @@ async fn main() -> worker_core::Result<()> {
         .build()?;
     let gateway = FakeGateway::new(Duration::from_millis(50), Duration::from_secs(1));
     let summary = Worker::builder(source)
-        .job(send_sms, gateway)
-        .route_key_rate_limit(send_sms.topic(), RateLimit::per_second(1))
+        .add_route(Route::job(send_sms, gateway).key_rate_limit(RateLimit::per_second(1)))
         .concurrency(200)
         .backoff(demo_backoff())
         .delay(producer)

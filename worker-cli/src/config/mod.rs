@@ -56,6 +56,7 @@ use std::sync::Arc;
 use figment::Figment;
 use figment::providers::{Format, Toml};
 
+use std::convert::Infallible;
 use worker_core::delay::DelayTopic;
 use worker_core::dlq::{DlqTopic, KafkaDlqSink};
 use worker_core::kafka::KafkaSourceBuilder;
@@ -65,7 +66,10 @@ use worker_core::security::{
     OidcClientCredentials, Protocol, SaslConfig, Secret, Security, TlsConfig, TokenSource,
 };
 use worker_core::source::ShareSource;
-use worker_core::{Error, ErrorKind, Result, WorkerBuilder};
+
+use tower::Service;
+use worker_core::runtime::{RateLimit, Route};
+use worker_core::{Error, ErrorKind, Job, Outcome, Result, WorkerBuilder};
 
 pub use env::ENV_PREFIX;
 pub use error::ConfigError;
@@ -360,30 +364,32 @@ impl Config {
                 builder = builder.broker_dlq();
             }
         }
-        let with_burst = |rate: worker_core::runtime::RateLimit, burst: Option<u32>| match burst {
-            Some(burst) => rate.burst(burst),
-            None => rate,
-        };
         if let Some(rate) = w.rate {
             builder = builder.rate_limit(with_burst(rate, w.burst));
-        }
-        for route in &self.routes {
-            let topic = route.topic.as_str();
-            if let Some(rate) = route.rate {
-                builder = builder.route_rate_limit(topic, with_burst(rate, route.burst));
-            }
-            if let Some(rate) = route.rate_per_key {
-                builder =
-                    builder.route_key_rate_limit(topic, with_burst(rate, route.burst_per_key));
-            }
-            if let Some(n) = route.key_concurrency {
-                builder = builder.route_key_concurrency(topic, n);
-            }
         }
         if let (Some(delay), Some(template)) = (&self.delay, self.delay_template()) {
             builder = builder.max_hold(delay.max_hold).delay_topic(template);
         }
         builder
+    }
+
+    /// `section`'s route with `service`: its rate, per-key rate and per-key concurrency.
+    pub fn route<T>(&self, section: &RouteSection, service: T) -> Route
+    where
+        T: Service<Job, Response = Outcome, Error = Infallible> + Send + 'static,
+        T::Future: Send + 'static,
+    {
+        let mut route = Route::new(section.topic.as_str(), service);
+        if let Some(rate) = section.rate {
+            route = route.rate_limit(with_burst(rate, section.burst));
+        }
+        if let Some(rate) = section.rate_per_key {
+            route = route.key_rate_limit(with_burst(rate, section.burst_per_key));
+        }
+        if let Some(n) = section.key_concurrency {
+            route = route.key_concurrency(n);
+        }
+        route
     }
 
     /// The `[dlq]` sink, secured by [`Config::security`], or `None` without a `[dlq]` table and in
@@ -404,5 +410,13 @@ impl Config {
             .security(self.security()?)
             .build()?;
         Ok(Some(Arc::new(sink)))
+    }
+}
+
+/// `rate` with `burst`, if one is set.
+fn with_burst(rate: RateLimit, burst: Option<u32>) -> RateLimit {
+    match burst {
+        Some(burst) => rate.burst(burst),
+        None => rate,
     }
 }

@@ -17,9 +17,10 @@ use crate::source::ShareSource;
 use crate::{Error, ErrorKind, Job, Outcome, Result};
 
 use super::Worker;
-use super::config::{Config, DelayConfig};
 use super::rate::RateLimit;
-use super::routes::{RouteLimits, Routes};
+use super::route::Route;
+use super::routes::Routes;
+use super::settings::{DelayConfig, Settings};
 use super::shutdown::ShutdownHandle;
 
 /// The service type a route runs, boxed so that users name at most `Worker<S>`.
@@ -28,71 +29,51 @@ pub(crate) type RouteService = BoxService<Job, Outcome, Infallible>;
 /// Builds a [`Worker`]: made by [`Worker::builder`].
 pub struct WorkerBuilder<S> {
     source: S,
-    routes: Routes<RouteService>,
-    config: Config,
-    error: Option<Error>,
+    config: Settings,
     meter: Option<Meter>,
-    /// Per-route job timeouts, applied at `build` (so they may precede their routes).
-    route_timeouts: Vec<(Arc<str>, Duration)>,
-    /// Per-route limits, applied at `build`: the setting's name, the topic, the change.
-    route_limits: Vec<(&'static str, Arc<str>, LimitChange)>,
+    /// The routes, with their own settings, checked at `build`.
+    routes: Vec<Route>,
     /// The delay topic template, applied at `build` with the sink.
     delay_topic: DelayTopic,
-}
-
-/// One per-route limit setting.
-#[derive(Clone, Copy, Debug)]
-enum LimitChange {
-    Rate(RateLimit),
-    PerKey(RateLimit),
-    KeyConcurrency(usize),
 }
 
 impl<S: ShareSource> WorkerBuilder<S> {
     pub(crate) fn new(source: S) -> Self {
         Self {
             source,
-            routes: Routes::default(),
-            config: Config::default(),
-            error: None,
+            config: Settings::default(),
             meter: None,
-            route_timeouts: Vec::new(),
-            route_limits: Vec::new(),
+            routes: Vec::new(),
             delay_topic: DelayTopic::default(),
         }
     }
 
     /// Routes a job definition (a `#[handler]` fn, or [`define_job`](crate::handler::define_job))
-    /// on its default topic, giving its handler `state`. Use [`route`](Self::route) with
-    /// `definition.into_service(state)` to put it on another topic.
+    /// on its default topic, giving its handler `state`: [`Route::job`] with the route's default
+    /// settings.
     pub fn job<T, St, D>(self, definition: D, state: St) -> Self
     where
         D: JobDefinition<T, St>,
     {
-        let topic: Arc<str> = Arc::from(definition.topic());
-        self.route(topic, definition.into_service(state))
+        self.add_route(Route::job(definition, state))
     }
 
-    /// Runs `service` for every record of `topic`.
-    ///
-    /// A service is any tower [`Service`] from [`Job`] to [`Outcome`] that cannot fail: every
-    /// record gets an outcome by construction. Add tower layers (rate limits, per-route concurrency,
-    /// your own) around it; the worker calls `poll_ready` before each `call`, so a service that is
-    /// not ready holds back its records (they keep their slots and their locks are renewed).
+    /// Runs `service` for every record of `topic`: [`Route::new`] with the route's default
+    /// settings.
     ///
     /// Records of topics without a route are released (and a warning logged): the broker delivers
     /// them again until their delivery limit archives them, so give every subscribed topic a route.
-    pub fn route<T>(mut self, topic: impl Into<Arc<str>>, service: T) -> Self
+    pub fn route<T>(self, topic: impl Into<Arc<str>>, service: T) -> Self
     where
         T: Service<Job, Response = Outcome, Error = Infallible> + Send + 'static,
         T::Future: Send + 'static,
     {
-        let topic = topic.into();
-        if !self.routes.insert(topic.clone(), BoxService::new(service)) {
-            self.fail(format!(
-                "`route`: topic `{topic}` has two routes; expected one"
-            ));
-        }
+        self.add_route(Route::new(topic, service))
+    }
+
+    /// Adds `route`, with its own timeout and limits. One route per topic.
+    pub fn add_route(mut self, route: Route) -> Self {
+        self.routes.push(route);
         self
     }
 
@@ -124,14 +105,6 @@ impl<S: ShareSource> WorkerBuilder<S> {
     /// How long one handler may run before it is cancelled and its record retried. Default 5 min.
     pub fn job_timeout(mut self, timeout: Duration) -> Self {
         self.config.job_timeout = timeout;
-        self
-    }
-
-    /// How long one handler of `topic`'s route may run, instead of [`job_timeout`](Self::job_timeout):
-    /// a webhook route may allow 30 s while an SMS route allows 5 s. The topic must have a route
-    /// when the worker is built.
-    pub fn route_timeout(mut self, topic: impl Into<Arc<str>>, timeout: Duration) -> Self {
-        self.route_timeouts.push((topic.into(), timeout));
         self
     }
 
@@ -290,40 +263,6 @@ impl<S: ShareSource> WorkerBuilder<S> {
         self
     }
 
-    /// How often records of `topic`'s route may start.
-    pub fn route_rate_limit(mut self, topic: impl Into<Arc<str>>, rate: RateLimit) -> Self {
-        self.route_limits
-            .push(("route_rate_limit", topic.into(), LimitChange::Rate(rate)));
-        self
-    }
-
-    /// How often records of one key may start on `topic`'s route (an SMS gateway's one message
-    /// per second per phone number). Records without a key are not limited by it. A record over
-    /// it waits; when too many records of its key already wait (an eighth of the concurrency, at
-    /// least 2), it moves to the delay topic (with [`delay`](Self::delay)) instead, so one hot key
-    /// never takes the slots of the others. The limiter keeps at most 65,536 keys (hashed).
-    pub fn route_key_rate_limit(mut self, topic: impl Into<Arc<str>>, rate: RateLimit) -> Self {
-        self.route_limits.push((
-            "route_key_rate_limit",
-            topic.into(),
-            LimitChange::PerKey(rate),
-        ));
-        self
-    }
-
-    /// How many records of one key may run at once in this worker on `topic`'s route (1: never
-    /// two at once). Share groups give no order and no exclusion across worker processes: another
-    /// worker may run a record of the same key meanwhile. Records without a key are not limited
-    /// by it; records of a busy key wait without holding back other keys.
-    pub fn route_key_concurrency(mut self, topic: impl Into<Arc<str>>, limit: usize) -> Self {
-        self.route_limits.push((
-            "route_key_concurrency",
-            topic.into(),
-            LimitChange::KeyConcurrency(limit),
-        ));
-        self
-    }
-
     /// Records the worker's metrics ([`telemetry::names`](crate::telemetry::names)) with `meter`.
     /// By default they go to the global meter provider's
     /// [`share-worker`](crate::telemetry::METER_NAME) meter as it is when the worker is built (a
@@ -336,51 +275,15 @@ impl<S: ShareSource> WorkerBuilder<S> {
     /// Checks the settings and builds the worker. Fails with [`ErrorKind::Config`] naming the
     /// setting that is wrong.
     pub fn build(self) -> Result<Worker<S>> {
-        if let Some(err) = self.error {
-            return Err(err);
-        }
         self.config.validate()?;
-        let mut routes = self.routes;
-        for (topic, timeout) in self.route_timeouts {
-            if timeout.is_zero() {
+        let mut routes = Routes::default();
+        for route in self.routes {
+            route.check()?;
+            let topic = route.topic.clone();
+            if !routes.insert(route.topic, route.service, route.timeout, route.limits) {
                 return Err(Error::new(
                     ErrorKind::Config,
-                    format!("`route_timeout`: topic `{topic}`: expected a timeout above 0"),
-                ));
-            }
-            if !routes.set_timeout(&topic, timeout) {
-                return Err(Error::new(
-                    ErrorKind::Config,
-                    format!(
-                        "`route_timeout`: topic `{topic}` has no route; add it with `route` or `job`"
-                    ),
-                ));
-            }
-        }
-        for (setting, topic, change) in self.route_limits {
-            match change {
-                LimitChange::Rate(rate) | LimitChange::PerKey(rate) => {
-                    rate.quota(setting)?;
-                }
-                LimitChange::KeyConcurrency(0) => {
-                    return Err(Error::new(
-                        ErrorKind::Config,
-                        format!("`{setting}`: topic `{topic}`: expected at least 1"),
-                    ));
-                }
-                LimitChange::KeyConcurrency(_) => {}
-            }
-            let apply = |limits: &mut RouteLimits| match change {
-                LimitChange::Rate(rate) => limits.rate = Some(rate),
-                LimitChange::PerKey(rate) => limits.per_key = Some(rate),
-                LimitChange::KeyConcurrency(n) => limits.key_concurrency = Some(n),
-            };
-            if !routes.set_limits(&topic, apply) {
-                return Err(Error::new(
-                    ErrorKind::Config,
-                    format!(
-                        "`{setting}`: topic `{topic}` has no route; add it with `route` or `job`"
-                    ),
+                    format!("route `{topic}`: the topic has two routes; expected one"),
                 ));
             }
         }
@@ -410,12 +313,6 @@ impl<S: ShareSource> WorkerBuilder<S> {
                 .unwrap_or_else(|| opentelemetry::global::meter(crate::telemetry::METER_NAME)),
         })
     }
-
-    fn fail(&mut self, message: String) {
-        if self.error.is_none() {
-            self.error = Some(Error::new(ErrorKind::Config, message));
-        }
-    }
 }
 
 impl<S: fmt::Debug> fmt::Debug for WorkerBuilder<S> {
@@ -423,7 +320,7 @@ impl<S: fmt::Debug> fmt::Debug for WorkerBuilder<S> {
         f.debug_struct("WorkerBuilder")
             .field("source", &self.source)
             .field("config", &self.config)
-            .field("topics", &self.routes.topics().collect::<Vec<_>>())
+            .field("routes", &self.routes)
             .finish_non_exhaustive()
     }
 }

@@ -28,7 +28,7 @@
 //!   route is released with a warning.
 //! - **Waiting.** A record whose `share.not-before` is later waits in its slot (lock renewed) up
 //!   to `max_hold`; records over a [`RateLimit`] (the worker's, its route's or its key's) wait
-//!   for a permit, and records of a busy key (`route_key_concurrency`) for their turn, without
+//!   for a permit, and records of a busy key ([`Route::key_concurrency`]) for their turn, without
 //!   ever being released for it. With a delay sink ([`WorkerBuilder::delay`]) longer waits, long
 //!   retries, retries beyond `max_held` and a hot key's surplus move to the route's delay topic
 //!   and come back when due, their attempts counted across the move (see [`crate::delay`]).
@@ -92,24 +92,24 @@
 //! # }
 //! ```
 
-mod broker_dlq;
 mod builder;
-mod config;
 mod deadlines;
+mod delivery_limit;
 mod dispatch;
 mod handler_task;
 mod health;
 mod holds;
 mod keys;
 mod lifecycle;
-mod limit;
 mod observer;
 mod rate;
 mod receipt;
-mod renewal;
+mod route;
 mod routes;
+mod settings;
 mod shutdown;
 mod slots;
+mod startup;
 mod summary;
 mod writes;
 
@@ -127,19 +127,20 @@ use crate::telemetry::metrics::Metrics;
 pub use builder::WorkerBuilder;
 pub use health::{PROGRESS_EVERY, WorkerHealth, WorkerProgress};
 pub use rate::RateLimit;
+pub use route::Route;
 pub use shutdown::ShutdownHandle;
 pub use summary::{AckFailures, DeadLetterCounts, Summary};
 
 use builder::RouteService;
-use config::Config;
 use dispatch::Dispatcher;
 use routes::Routes;
+use settings::Settings;
 
 /// Runs handler services for the records of a [`ShareSource`]. See the [module docs](self).
 pub struct Worker<S> {
     source: S,
     routes: Routes<RouteService>,
-    config: Config,
+    config: Settings,
     shutdown: ShutdownHandle,
     health: WorkerHealth,
     meter: Meter,
@@ -181,17 +182,11 @@ impl<S: ShareSource> Worker<S> {
             health,
             meter,
         } = self;
-        // Three reads of the group's configs, each its own admin request: at once.
-        let started = tokio::try_join!(
-            limit::read_at_start(&source, &config.policy),
-            renewal::check_at_start(&source, &config, &routes),
-            broker_dlq::check_at_start(&source, &config.policy, &routes),
-        );
-        let limit = match started {
-            Ok((limit, renewal, broker_writes)) => {
-                config.renewal = renewal;
-                config.broker_writes_letters = broker_writes;
-                limit
+        let limit = match startup::probe(&source, &config, &routes).await {
+            Ok(found) => {
+                config.renewal = found.renewal;
+                config.broker_writes_letters = found.broker_writes_letters;
+                found.delivery_limit
             }
             Err(err) => {
                 if let Err(close) = source.close().await {

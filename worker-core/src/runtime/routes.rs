@@ -35,7 +35,7 @@ pub(crate) struct Lookup {
 
 /// One topic's service and its queue of fetched records.
 #[derive(Debug)]
-struct Route<Svc> {
+struct RouteEntry<Svc> {
     topic: Arc<str>,
     /// Its delay topic, when the worker moves long waits there.
     delay_topic: Option<Arc<str>>,
@@ -56,7 +56,7 @@ struct Route<Svc> {
 /// `call` on that same service, as the tower contract asks, so no per-record clone is needed.
 #[derive(Debug)]
 pub(crate) struct Routes<Svc> {
-    routes: Vec<Route<Svc>>,
+    routes: Vec<RouteEntry<Svc>>,
     by_topic: HashMap<Arc<str>, Lookup>,
     /// Where the next readiness scan starts, so no route starves the others.
     next: usize,
@@ -75,8 +75,14 @@ impl<Svc> Default for Routes<Svc> {
 }
 
 impl<Svc> Routes<Svc> {
-    /// Adds a route; `false` if the topic already has one.
-    pub(crate) fn insert(&mut self, topic: Arc<str>, service: Svc) -> bool {
+    /// Adds a route with its own job timeout and limits; `false` if the topic already has one.
+    pub(crate) fn insert(
+        &mut self,
+        topic: Arc<str>,
+        service: Svc,
+        timeout: Option<Duration>,
+        limits: RouteLimits,
+    ) -> bool {
         if self.by_topic.contains_key(&topic) {
             return false;
         }
@@ -87,12 +93,12 @@ impl<Svc> Routes<Svc> {
                 from_delay: false,
             },
         );
-        self.routes.push(Route {
+        self.routes.push(RouteEntry {
             topic,
             delay_topic: None,
             service,
-            timeout: None,
-            limits: RouteLimits::default(),
+            timeout,
+            limits,
             active: 0,
             paused: false,
             queue: VecDeque::new(),
@@ -111,32 +117,6 @@ impl<Svc> Routes<Svc> {
     /// The route for `topic` (its own topic or its delay topic), if it has one.
     pub(crate) fn route_for(&self, topic: &str) -> Option<Lookup> {
         self.by_topic.get(topic).copied()
-    }
-
-    /// The route whose own topic is `topic`.
-    fn own(&self, topic: &str) -> Option<usize> {
-        self.by_topic
-            .get(topic)
-            .filter(|lookup| !lookup.from_delay)
-            .map(|lookup| lookup.route)
-    }
-
-    /// Gives `topic`'s route a job timeout of its own; `false` if it has no route.
-    pub(crate) fn set_timeout(&mut self, topic: &str, timeout: Duration) -> bool {
-        let Some(route) = self.own(topic) else {
-            return false;
-        };
-        self.routes[route].timeout = Some(timeout);
-        true
-    }
-
-    /// Changes `topic`'s route's limits; `false` if it has no route.
-    pub(crate) fn set_limits(&mut self, topic: &str, set: impl FnOnce(&mut RouteLimits)) -> bool {
-        let Some(route) = self.own(topic) else {
-            return false;
-        };
-        set(&mut self.routes[route].limits);
-        true
     }
 
     /// Route `route`'s limits.
@@ -325,7 +305,7 @@ mod tests {
     fn routes(n: usize) -> Routes<()> {
         let mut routes = Routes::default();
         for i in 0..n {
-            routes.insert(Arc::from(format!("t{i}")), ());
+            routes.insert(Arc::from(format!("t{i}")), (), None, RouteLimits::default());
         }
         routes
     }

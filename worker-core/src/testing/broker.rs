@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use crate::source::{Header, Recovered, Undecodable};
 
 use super::member::MemoryMember;
-use super::state::{Config, NewRecord, State};
+use super::state::{BrokerSettings, NewRecord, State};
 use super::{BrokerStats, FetchLog, RecordState, StateCounts};
 
 /// A share-group broker in memory, for tests. Cheap to clone: clones share the same records.
@@ -39,7 +39,7 @@ impl Shared {
 /// Settings for a [`MemoryBroker`].
 #[derive(Clone, Debug)]
 pub struct MemoryBrokerBuilder {
-    config: Config,
+    config: BrokerSettings,
 }
 
 impl MemoryBrokerBuilder {
@@ -85,7 +85,7 @@ impl MemoryBrokerBuilder {
 impl Default for MemoryBrokerBuilder {
     fn default() -> Self {
         Self {
-            config: Config {
+            config: BrokerSettings {
                 lock_duration: Duration::from_secs(30),
                 delivery_limit: 5,
                 fetch_wait: Duration::from_millis(500),

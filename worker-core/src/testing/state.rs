@@ -14,7 +14,7 @@ use super::{BrokerStats, FetchLog, RecordState, StateCounts};
 
 /// Settings of a [`MemoryBroker`](super::MemoryBroker).
 #[derive(Clone, Debug)]
-pub(crate) struct Config {
+pub(crate) struct BrokerSettings {
     pub(crate) lock_duration: Duration,
     pub(crate) delivery_limit: u16,
     pub(crate) fetch_wait: Duration,
@@ -85,7 +85,7 @@ pub(crate) struct NewRecord {
 
 #[derive(Debug)]
 pub(crate) struct State {
-    pub(crate) config: Config,
+    pub(crate) config: BrokerSettings,
     topic_names: Vec<Arc<str>>,
     topics: Vec<Topic>,
     topic_index: HashMap<Arc<str>, usize>,
@@ -105,7 +105,7 @@ pub(crate) struct State {
 }
 
 impl State {
-    pub(crate) fn new(config: Config) -> Self {
+    pub(crate) fn new(config: BrokerSettings) -> Self {
         Self {
             config,
             topic_names: Vec::new(),

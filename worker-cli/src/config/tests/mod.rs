@@ -577,13 +577,13 @@ fn what_the_file_accepts_the_builder_accepts() {
         let config = parse(text).unwrap();
         let broker = MemoryBroker::new();
         let mut builder = config.configure(Worker::builder(broker.member("m")));
-        for topic in config.topics() {
-            builder = builder.route(
-                topic.to_owned(),
+        for section in &config.routes {
+            builder = builder.add_route(config.route(
+                section,
                 tower::service_fn(|_: Job| async {
                     Ok::<_, Infallible>(worker_core::Outcome::Accept)
                 }),
-            );
+            ));
         }
         if let Err(err) = builder.build() {
             panic!("the builder refused a valid file: {err}\n{text}");

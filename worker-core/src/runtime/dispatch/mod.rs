@@ -60,16 +60,16 @@ use crate::source::{Delivery, ShareSource};
 use crate::telemetry::metrics::Metrics;
 use crate::{Error, ErrorKind, Job, Outcome, Result};
 
-use super::config::Config;
 use super::deadlines::Deadlines;
+use super::delivery_limit::{self, LimitWatch};
 use super::handler_task::Finished;
 use super::health::{TICK, WorkerHealth, WorkerProgress};
 use super::holds::Holds;
 use super::keys::Keys;
-use super::limit::{self, LimitWatch};
 use super::observer::Observer;
 use super::receipt::SlotReceipt;
 use super::routes::Routes;
+use super::settings::Settings;
 use super::slots::{SlotKey, Slots};
 use super::summary::Summary;
 use super::writes::{DeadLetters, Moves};
@@ -124,7 +124,7 @@ where
     Svc: Service<Job>,
 {
     source: &'a S,
-    config: &'a Config,
+    config: &'a Settings,
     routes: Routes<Svc>,
     /// How many unfinished records one route may hold (see [`Routes::share`]).
     route_share: usize,
@@ -192,7 +192,7 @@ where
 {
     pub(crate) fn new(
         source: &'a S,
-        config: &'a Config,
+        config: &'a Settings,
         routes: Routes<Svc>,
         shutdown: CancellationToken,
         delivery_limit: Option<u16>,
@@ -231,7 +231,7 @@ where
                     .saturating_mul(3)
                     .saturating_add(config.max_held()),
             ),
-            policy: limit::policy_for(&config.policy, delivery_limit),
+            policy: delivery_limit::policy_for(&config.policy, delivery_limit),
             renewals: Deadlines::default(),
             holds: Holds::new(config.max_held()),
             dead_letters,
@@ -359,7 +359,7 @@ where
             progress |= self.end_write_back_rests(now);
             progress |= self.expire_grace(now);
             if let Poll::Ready(changed) = self.limit.poll_changed(self.source, cx, now) {
-                self.policy = limit::policy_for(&self.config.policy, changed);
+                self.policy = delivery_limit::policy_for(&self.config.policy, changed);
                 progress = true;
             }
             progress |= self.start_fetch(now);

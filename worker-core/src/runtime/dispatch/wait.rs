@@ -13,10 +13,10 @@ use crate::delay::{DelayedRecord, headers};
 use crate::source::{Delivery, Header, ShareSource};
 use crate::{Error, Job, Outcome};
 
-use super::super::config::Config;
 use super::super::lifecycle::{Admission, Event, LimitKind, MoveReason, MoveWait, Phase};
 use super::super::rate::{KeyedLimiter, Limiter};
 use super::super::routes::Routes;
+use super::super::settings::Settings;
 use super::super::slots::SlotKey;
 use super::super::writes::Written;
 use super::{Dispatcher, write_backs};
@@ -42,7 +42,7 @@ struct RouteLimiters {
 
 impl Limits {
     /// The limiters the settings ask for (checked by the builder).
-    pub(super) fn new<Svc>(config: &Config, routes: &Routes<Svc>) -> Self {
+    pub(super) fn new<Svc>(config: &Settings, routes: &Routes<Svc>) -> Self {
         let limiter = |rate: &super::super::rate::RateLimit| rate.quota("rate").ok();
         Self {
             global: config
@@ -104,7 +104,7 @@ where
             return Admission::Go;
         };
         let hash = job.key;
-        let per_key_room = |keys: &super::super::keys::Keys, config: &Config, hash: u64| {
+        let per_key_room = |keys: &super::super::keys::Keys, config: &Settings, hash: u64| {
             keys.waiting_for(route, hash) < config.max_waiting_per_key()
                 && keys.waiting() < config.max_waiting_for_keys()
         };

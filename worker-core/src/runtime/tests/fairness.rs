@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::support::{handler, run_until, wait_until};
+use crate::Route;
 use crate::runtime::Worker;
 use crate::testing::{MemoryBroker, RecordState};
 use crate::{ErrorKind, Outcome};
@@ -71,9 +72,8 @@ async fn a_route_timeout_overrides_the_job_timeout() {
         })
     };
     let worker = Worker::builder(broker.member("w"))
-        .route("sms", slow())
+        .add_route(Route::new("sms", slow()).timeout(Duration::from_secs(1)))
         .route("webhooks", slow())
-        .route_timeout("sms", Duration::from_secs(1))
         .job_timeout(Duration::from_secs(10))
         .max_attempts(1)
         .build()
@@ -89,19 +89,27 @@ async fn a_route_timeout_overrides_the_job_timeout() {
 }
 
 #[test]
-fn a_route_timeout_needs_its_route_and_a_duration() {
+fn a_route_timeout_must_be_a_duration_and_a_topic_has_one_route() {
     let broker = MemoryBroker::new();
+    let accept = || handler(|_| async { Outcome::Accept });
     let err = Worker::builder(broker.member("w"))
-        .route("sms", handler(|_| async { Outcome::Accept }))
-        .route_timeout("emails", Duration::from_secs(1))
+        .add_route(Route::new("sms", accept()).timeout(Duration::ZERO))
         .build()
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Config);
-    assert!(err.message().contains("`emails` has no route"), "{err}");
+    assert!(
+        err.message()
+            .contains("route `sms`: `timeout`: expected a timeout above 0"),
+        "{err}"
+    );
     let err = Worker::builder(broker.member("w"))
-        .route("sms", handler(|_| async { Outcome::Accept }))
-        .route_timeout("sms", Duration::ZERO)
+        .route("sms", accept())
+        .route("sms", accept())
         .build()
         .unwrap_err();
-    assert!(err.message().contains("above 0"), "{err}");
+    assert!(
+        err.message()
+            .contains("route `sms`: the topic has two routes"),
+        "{err}"
+    );
 }

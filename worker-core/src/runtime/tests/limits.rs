@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use super::support::{handler, run_until};
 use crate::Outcome;
+use crate::Route;
 use crate::runtime::{RateLimit, Worker};
 use crate::testing::{MemoryBroker, ProducedRecord};
 
@@ -27,17 +28,19 @@ async fn a_route_limit_spaces_its_records_without_redelivering_any() {
     let starts = Arc::new(Mutex::new(Vec::new()));
     let seen = starts.clone();
     let worker = Worker::builder(broker.member("a"))
-        .route(
-            "jobs",
-            handler(move |job| {
-                let seen = seen.clone();
-                async move {
-                    seen.lock().unwrap().push((Instant::now(), job.attempt()));
-                    Outcome::Accept
-                }
-            }),
+        .add_route(
+            Route::new(
+                "jobs",
+                handler(move |job| {
+                    let seen = seen.clone();
+                    async move {
+                        seen.lock().unwrap().push((Instant::now(), job.attempt()));
+                        Outcome::Accept
+                    }
+                }),
+            )
+            .rate_limit(RateLimit::per_second(5).burst(1)),
         )
-        .route_rate_limit("jobs", RateLimit::per_second(5).burst(1))
         .concurrency(8)
         .build()
         .unwrap();
@@ -83,23 +86,25 @@ async fn a_hot_key_at_its_limit_never_starves_the_other_keys() {
     let log: Arc<Mutex<Vec<(Duration, bool, u16)>>> = Arc::default();
     let seen = log.clone();
     let worker = Worker::builder(broker.member("a"))
-        .route(
-            "sms",
-            handler(move |job| {
-                let seen = seen.clone();
-                async move {
-                    let hot = job.key().map(|k| &k[..]) == Some(&b"+1000"[..]);
-                    seen.lock().unwrap().push((
-                        start.elapsed(),
-                        hot,
-                        job.delivery().delivery_count,
-                    ));
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    Outcome::Accept
-                }
-            }),
+        .add_route(
+            Route::new(
+                "sms",
+                handler(move |job| {
+                    let seen = seen.clone();
+                    async move {
+                        let hot = job.key().map(|k| &k[..]) == Some(&b"+1000"[..]);
+                        seen.lock().unwrap().push((
+                            start.elapsed(),
+                            hot,
+                            job.delivery().delivery_count,
+                        ));
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        Outcome::Accept
+                    }
+                }),
+            )
+            .key_rate_limit(RateLimit::per_second(10)),
         )
-        .route_key_rate_limit("sms", RateLimit::per_second(10))
         .concurrency(32)
         .delay(broker.clone())
         .build()
@@ -162,29 +167,31 @@ async fn key_concurrency_one_never_runs_a_key_twice_at_once() {
     let most = Arc::new(AtomicUsize::new(0));
     let (r, o, m) = (running.clone(), overlaps.clone(), most.clone());
     let worker = Worker::builder(broker.member("a"))
-        .route(
-            "jobs",
-            handler(move |job| {
-                let (running, overlaps, most) = (r.clone(), o.clone(), m.clone());
-                async move {
-                    let key = job.key().unwrap().to_vec();
-                    {
-                        let mut running = running.lock().unwrap();
-                        let n = running.entry(key.clone()).or_default();
-                        *n += 1;
-                        if *n > 1 {
-                            overlaps.fetch_add(1, Ordering::SeqCst);
+        .add_route(
+            Route::new(
+                "jobs",
+                handler(move |job| {
+                    let (running, overlaps, most) = (r.clone(), o.clone(), m.clone());
+                    async move {
+                        let key = job.key().unwrap().to_vec();
+                        {
+                            let mut running = running.lock().unwrap();
+                            let n = running.entry(key.clone()).or_default();
+                            *n += 1;
+                            if *n > 1 {
+                                overlaps.fetch_add(1, Ordering::SeqCst);
+                            }
+                            let total: usize = running.values().sum();
+                            most.fetch_max(total, Ordering::SeqCst);
                         }
-                        let total: usize = running.values().sum();
-                        most.fetch_max(total, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        *running.lock().unwrap().get_mut(&key).unwrap() -= 1;
+                        Outcome::Accept
                     }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    *running.lock().unwrap().get_mut(&key).unwrap() -= 1;
-                    Outcome::Accept
-                }
-            }),
+                }),
+            )
+            .key_concurrency(1),
         )
-        .route_key_concurrency("jobs", 1)
         .concurrency(16)
         .build()
         .unwrap();
@@ -203,28 +210,27 @@ async fn key_concurrency_one_never_runs_a_key_twice_at_once() {
     assert!(summary.key_waits > 0);
 }
 
-/// Limits are checked when the worker is built: a zero rate or a limit for a topic without a
-/// route is an error naming the setting.
+/// Limits are checked when the worker is built: a zero rate or key concurrency is an error
+/// naming the route and the setting.
 #[test]
 fn limits_are_checked_at_build() {
     let broker = MemoryBroker::new();
-    let route = || handler(|_job| async { Outcome::Accept });
+    let route = || Route::new("jobs", handler(|_job| async { Outcome::Accept }));
     let err = Worker::builder(broker.member("a"))
-        .route("jobs", route())
-        .route_key_rate_limit("jobs", RateLimit::per_second(0))
+        .add_route(route().key_rate_limit(RateLimit::per_second(0)))
         .build()
         .unwrap_err();
-    assert!(err.message().contains("route_key_rate_limit"), "{err}");
+    assert!(
+        err.message().contains("route `jobs`: `key_rate_limit`"),
+        "{err}"
+    );
     let err = Worker::builder(broker.member("a"))
-        .route("jobs", route())
-        .route_rate_limit("other", RateLimit::per_second(1))
+        .add_route(route().key_concurrency(0))
         .build()
         .unwrap_err();
-    assert!(err.message().contains("`other` has no route"), "{err}");
-    let err = Worker::builder(broker.member("a"))
-        .route("jobs", route())
-        .route_key_concurrency("jobs", 0)
-        .build()
-        .unwrap_err();
-    assert!(err.message().contains("route_key_concurrency"), "{err}");
+    assert!(
+        err.message()
+            .contains("route `jobs`: `key_concurrency`: expected at least 1"),
+        "{err}"
+    );
 }

@@ -15,6 +15,7 @@ use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMete
 
 use super::support::{handler, run_until, seq, wait_until};
 use crate::Outcome;
+use crate::Route;
 use crate::policy::Backoff;
 use crate::runtime::Worker;
 use crate::telemetry::names;
@@ -290,7 +291,7 @@ async fn a_failed_acknowledgement_is_counted_by_error() {
     let member = broker.member("w");
     let lose = member.clone();
     let worker = Worker::builder(member)
-        .route(
+        .add_route(Route::new(
             "t",
             handler(move |job| {
                 let lose = lose.clone();
@@ -301,7 +302,7 @@ async fn a_failed_acknowledgement_is_counted_by_error() {
                     Outcome::Accept
                 }
             }),
-        )
+        ))
         .meter(metrics.meter())
         .build()
         .unwrap();
@@ -444,9 +445,11 @@ async fn waiting_records_show_in_the_delay_move_and_limit_metrics() {
         broker.produce_record("t", ProducedRecord::new(n.to_string()).key("k"));
     }
     let worker = Worker::builder(broker.member("a"))
-        .route("t", handler(|_job| async { Outcome::Accept }))
-        .route_rate_limit("t", RateLimit::per_second(20).burst(1))
-        .route_key_concurrency("t", 1)
+        .add_route(
+            Route::new("t", handler(|_job| async { Outcome::Accept }))
+                .rate_limit(RateLimit::per_second(20).burst(1))
+                .key_concurrency(1),
+        )
         .delay(broker.clone())
         .max_hold(Duration::from_secs(10))
         .meter(metrics.meter())

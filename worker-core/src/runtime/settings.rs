@@ -18,7 +18,7 @@ pub(crate) struct DelayConfig {
 
 /// Settings of one [`Worker`](super::Worker), checked once by the builder.
 #[derive(Clone, Debug)]
-pub(crate) struct Config {
+pub(crate) struct Settings {
     /// Handlers running at most; unfinished records held at most, with up to a quarter more
     /// fetched ahead of fast handlers when there is one route.
     pub(crate) concurrency: usize,
@@ -49,7 +49,7 @@ pub(crate) struct Config {
     pub(crate) broker_writes_letters: bool,
 }
 
-impl Default for Config {
+impl Default for Settings {
     fn default() -> Self {
         Self {
             concurrency: defaults::CONCURRENCY,
@@ -69,7 +69,7 @@ impl Default for Config {
     }
 }
 
-impl Config {
+impl Settings {
     /// Checks every setting; the error names the setting and what was expected.
     pub(crate) fn validate(&self) -> Result<()> {
         let fail = |msg: &str| Err(Error::new(ErrorKind::Config, msg));
@@ -132,31 +132,31 @@ mod tests {
 
     #[test]
     fn defaults_are_valid() {
-        Config::default().validate().unwrap();
+        Settings::default().validate().unwrap();
     }
 
     #[test]
     fn errors_name_the_setting() {
         let bad = [
-            Config {
+            Settings {
                 concurrency: 0,
-                ..Config::default()
+                ..Settings::default()
             },
-            Config {
+            Settings {
                 max_poll_records: 0,
-                ..Config::default()
+                ..Settings::default()
             },
-            Config {
+            Settings {
                 renew_at: 1.0,
-                ..Config::default()
+                ..Settings::default()
             },
-            Config {
+            Settings {
                 renew_at: f64::NAN,
-                ..Config::default()
+                ..Settings::default()
             },
-            Config {
+            Settings {
                 job_timeout: Duration::ZERO,
-                ..Config::default()
+                ..Settings::default()
             },
         ];
         for (config, key) in bad.iter().zip([
@@ -174,7 +174,7 @@ mod tests {
 
     #[test]
     fn renewals_run_at_a_fraction_of_the_lock() {
-        let config = Config::default();
+        let config = Settings::default();
         assert_eq!(
             config.renew_every(Duration::from_secs(1)),
             Some(Duration::from_millis(500))

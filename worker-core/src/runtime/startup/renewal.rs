@@ -6,14 +6,14 @@
 use crate::source::{Renewal, ShareSource};
 use crate::{Error, ErrorKind, Result};
 
-use super::config::Config;
-use super::routes::Routes;
+use super::super::routes::Routes;
+use super::super::settings::Settings;
 
 /// `Ok(true)` when locks can be renewed, `Ok(false)` when they cannot and every job timeout fits
 /// in the lock, an error when one does not.
-pub(crate) async fn check_at_start<S: ShareSource, Svc>(
+pub(crate) async fn check<S: ShareSource, Svc>(
     source: &S,
-    config: &Config,
+    config: &Settings,
     routes: &Routes<Svc>,
 ) -> Result<bool> {
     let lock = match source.renewal().await {
@@ -30,7 +30,7 @@ pub(crate) async fn check_at_start<S: ShareSource, Svc>(
         return Err(Error::new(
             ErrorKind::Config,
             format!(
-                "share group {group} does not allow renewing locks (share.renew.acknowledge.enable = false), so a record is delivered again {lock:?} after it was acquired, but a job may run for {longest:?}: set the job timeout below {lock:?} (`job_timeout`, `route_timeout`; TOML `job-timeout`), or enable renewal on the group"
+                "share group {group} does not allow renewing locks (share.renew.acknowledge.enable = false), so a record is delivered again {lock:?} after it was acquired, but a job may run for {longest:?}: set the job timeout below {lock:?} (`job_timeout`, `Route::timeout`; TOML `job-timeout`), or enable renewal on the group"
             ),
         ));
     }

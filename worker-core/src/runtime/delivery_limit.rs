@@ -1,6 +1,6 @@
-//! The group's delivery-count limit: read when the worker starts, never guessed, and read again
-//! while it runs, since an operator can change it (Kafka 4.3's group-level
-//! `share.delivery.count.limit`).
+//! The group's delivery-count limit while the worker runs: read again now and then, since an
+//! operator can change it (Kafka 4.3's group-level `share.delivery.count.limit`), and the failure
+//! policy it makes. The read at start is a [start-up probe](super::startup).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,36 +9,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::Result;
 use crate::policy::{Policy, PolicyConfig};
 use crate::source::ShareSource;
-use crate::{Error, ErrorKind, Result};
-
-/// The limit at start-up. An error unless the limit was read, or an assumed one is configured.
-pub(crate) async fn read_at_start<S: ShareSource>(
-    source: &S,
-    config: &PolicyConfig,
-) -> Result<Option<u16>> {
-    match (source.delivery_limit().await, config.assumed_limit) {
-        (Ok(Some(limit)), _) => {
-            tracing::info!(
-                delivery_limit = limit,
-                "read the group's delivery-count limit"
-            );
-            Ok(Some(limit))
-        }
-        (Ok(None), assumed) => Ok(assumed),
-        (Err(err), Some(assumed)) => {
-            tracing::warn!(error = %err, assumed, "cannot read the group's delivery-count limit: assuming the configured one");
-            Ok(Some(assumed))
-        }
-        (Err(err), None) => Err(Error::new(
-            ErrorKind::Config,
-            format!(
-                "cannot read the group's delivery-count limit ({err}); it decides how many attempts a record gets before the broker archives it, so the worker does not guess it: grant DescribeConfigs, or set `assume_delivery_limit` (TOML `retry.assume-delivery-limit`) to the group's real limit"
-            ),
-        )),
-    }
-}
 
 /// The failure policy for `limit`, with the warnings a misfit deserves.
 pub(crate) fn policy_for(config: &PolicyConfig, limit: Option<u16>) -> Policy {

@@ -7,7 +7,7 @@
 //! every letter is written twice (by the sink, then by the broker for the REJECT that follows):
 //! a warning. Without either, it is where the worker's REJECTs end up.
 
-use super::routes::Routes;
+use super::super::routes::Routes;
 use crate::policy::PolicyConfig;
 use crate::source::{BrokerDeadLetters, ShareSource};
 use crate::{Error, ErrorKind, Result};
@@ -17,7 +17,7 @@ use crate::{Error, ErrorKind, Result};
 /// to a topic the worker reads (a route's or a delay topic: each REJECT would come back as new
 /// work, for ever); otherwise only logs. `Ok(true)` when the broker writes the letters of what the
 /// worker REJECTs without a sink.
-pub(crate) async fn check_at_start<S: ShareSource, Svc>(
+pub(crate) async fn check<S: ShareSource, Svc>(
     source: &S,
     policy: &PolicyConfig,
     routes: &Routes<Svc>,

@@ -1,0 +1,155 @@
+//! [`Route`]: a topic, the service that handles its records, and the route's own settings, as
+//! one value, so a setting cannot name a topic that has no route.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tower::Service;
+use tower::util::BoxService;
+
+use super::builder::RouteService;
+use super::rate::RateLimit;
+use super::routes::RouteLimits;
+use crate::handler::JobDefinition;
+use crate::{Error, ErrorKind, Job, Outcome, Result};
+
+/// One route of a [`Worker`](super::Worker): the records of `topic` go to `service`, with this
+/// route's own job timeout and limits. Add it with
+/// [`WorkerBuilder::add_route`](super::WorkerBuilder::add_route).
+///
+/// ```
+/// use std::convert::Infallible;
+/// use std::time::Duration;
+/// use tower::service_fn;
+/// use worker_core::runtime::Route;
+/// use worker_core::{Job, Outcome, RateLimit};
+///
+/// let sms = Route::new("sms", service_fn(|_job: Job| async { Ok::<_, Infallible>(Outcome::Accept) }))
+///     .timeout(Duration::from_secs(5))
+///     .key_rate_limit(RateLimit::per_second(1)) // one message per second per phone number
+///     .key_concurrency(1);
+/// assert_eq!(sms.topic(), "sms");
+/// ```
+pub struct Route {
+    pub(super) topic: Arc<str>,
+    pub(super) service: RouteService,
+    pub(super) timeout: Option<Duration>,
+    pub(super) limits: RouteLimits,
+}
+
+impl Route {
+    /// Runs `service` for every record of `topic`.
+    ///
+    /// A service is any tower [`Service`] from [`Job`] to [`Outcome`] that cannot fail: every
+    /// record gets an outcome by construction. Add tower layers (rate limits, per-route
+    /// concurrency, your own) around it; the worker calls `poll_ready` before each `call`, so a
+    /// service that is not ready holds back its records (they keep their slots and their locks
+    /// are renewed).
+    pub fn new<T>(topic: impl Into<Arc<str>>, service: T) -> Self
+    where
+        T: Service<Job, Response = Outcome, Error = Infallible> + Send + 'static,
+        T::Future: Send + 'static,
+    {
+        Self {
+            topic: topic.into(),
+            service: BoxService::new(service),
+            timeout: None,
+            limits: RouteLimits::default(),
+        }
+    }
+
+    /// A job definition (a `#[handler]` fn, or [`define_job`](crate::handler::define_job)) on
+    /// its default topic, its handler given `state`. [`Route::new`] with
+    /// `definition.into_service(state)` puts it on another topic.
+    pub fn job<T, St, D>(definition: D, state: St) -> Self
+    where
+        D: JobDefinition<T, St>,
+    {
+        let topic: Arc<str> = Arc::from(definition.topic());
+        Self::new(topic, definition.into_service(state))
+    }
+
+    /// The route's topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// How long one handler of this route may run, instead of the worker's
+    /// [`job_timeout`](super::WorkerBuilder::job_timeout): a webhook route may allow 30 s while
+    /// an SMS route allows 5 s.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// How often records of this route may start. A record over the limit waits in its slot,
+    /// its lock renewed, and never has its delivery count raised for it.
+    pub fn rate_limit(mut self, rate: RateLimit) -> Self {
+        self.limits.rate = Some(rate);
+        self
+    }
+
+    /// How often records of one key may start on this route (an SMS gateway's one message per
+    /// second per phone number). Records without a key are not limited by it. A record over it
+    /// waits; when too many records of its key already wait (an eighth of the concurrency, at
+    /// least 2), it moves to the delay topic (with [`delay`](super::WorkerBuilder::delay))
+    /// instead, so one hot key never takes the slots of the others. The limiter keeps at most
+    /// 65,536 keys (hashed).
+    pub fn key_rate_limit(mut self, rate: RateLimit) -> Self {
+        self.limits.per_key = Some(rate);
+        self
+    }
+
+    /// How many records of one key may run at once in this worker on this route (1: never two
+    /// at once). Share groups give no order and no exclusion across worker processes: another
+    /// worker may run a record of the same key meanwhile. Records without a key are not limited
+    /// by it; records of a busy key wait without holding back other keys.
+    pub fn key_concurrency(mut self, limit: usize) -> Self {
+        self.limits.key_concurrency = Some(limit);
+        self
+    }
+
+    /// What is wrong with the route's settings, naming the topic and the setting.
+    pub(super) fn check(&self) -> Result<()> {
+        let topic = &self.topic;
+        let bad = |setting: &str, why: &str| {
+            Err(Error::new(
+                ErrorKind::Config,
+                format!("route `{topic}`: `{setting}`: {why}"),
+            ))
+        };
+        if self.timeout.is_some_and(|t| t.is_zero()) {
+            return bad("timeout", "expected a timeout above 0");
+        }
+        if self.limits.key_concurrency == Some(0) {
+            return bad("key_concurrency", "expected at least 1");
+        }
+        let rates = [
+            ("rate_limit", self.limits.rate),
+            ("key_rate_limit", self.limits.per_key),
+        ];
+        for (setting, rate) in rates {
+            if let Some(rate) = rate {
+                rate.check(setting).map_err(|err| {
+                    Error::new(
+                        ErrorKind::Config,
+                        format!("route `{topic}`: {}", err.message()),
+                    )
+                })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Route")
+            .field("topic", &self.topic)
+            .field("timeout", &self.timeout)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
