@@ -20,7 +20,7 @@
 //! ```
 //!
 //! ```
-//! use worker_core::config::Config;
+//! use worker_cli::config::Config;
 //!
 //! let config = Config::from_toml(
 //!     r#"
@@ -36,7 +36,7 @@
 //!     [("SHARE_WORKER__WORKER__CONCURRENCY".to_owned(), "8".to_owned())],
 //! )?;
 //! assert_eq!(config.worker.concurrency, 8);
-//! # Ok::<(), worker_core::config::ConfigError>(())
+//! # Ok::<(), worker_cli::config::ConfigError>(())
 //! ```
 
 mod duration;
