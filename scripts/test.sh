@@ -140,7 +140,9 @@ cargo test --workspace --all-features --doc
 # own (KAFKA_MATRIX: the releases, space-separated; empty to skip). The broker-DLQ suites ran
 # above, on the 4.4 broker; the binary's run again in each step (its refusal of broker mode
 # against the step's release).
-matrix_suites=(--test kafka_client --test admin --test runtime_kafka --test policy --test dlq --test renewal_off)
+# One filter over the workspace's test binaries, built above: the same build, nothing recompiled.
+matrix_suites='package(tests) & (binary(kafka_client) | binary(admin) | binary(runtime_kafka) | binary(policy) | binary(dlq) | binary(renewal_off))'
+matrix_binary='package(worker-cli) & binary(cli) & not test(/^ui::/)'
 matrix_port=9592
 for version in ${KAFKA_MATRIX-4.3.1 4.4.0}; do
   step "Kafka $version: the native client, admin, runtime, DLQ and binary suites"
@@ -155,8 +157,7 @@ for version in ${KAFKA_MATRIX-4.3.1 4.4.0}; do
   (
     eval "$(broker env)"
     export KAFKA_VERSION=$version
-    cargo nextest run -p tests -p worker-cli --all-features "${matrix_suites[@]}" --test cli \
-      -E 'not (package(worker-cli) & test(/^ui::/))'
+    cargo nextest run --workspace --all-features -E "($matrix_suites) | ($matrix_binary)"
   )
   [[ $port == "$dlq_port" ]] || broker stop
   matrix_port=$((matrix_port + 10))
