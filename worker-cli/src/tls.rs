@@ -7,16 +7,109 @@
 
 use std::error::Error as StdError;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, anyhow};
+use rustls::client::ResolvesClientCert;
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
-use rustls::{AlertDescription, Error as TlsError};
+use rustls::{AlertDescription, Error as TlsError, SignatureScheme};
+
+/// The TLS of an https route's client: the system's roots plus `ca-file`, the client certificate
+/// of `cert-file`/`key-file` when the route has one, HTTP/1.1 by ALPN (the only HTTP it speaks).
+pub(crate) struct RouteTls {
+    pub(crate) config: rustls::ClientConfig,
+    /// Set when the route has no client certificate: tells whether a server asked for one.
+    pub(crate) no_certificate: Option<Arc<NoClientCertificate>>,
+}
+
+impl RouteTls {
+    pub(crate) fn new(
+        ca_file: Option<&Path>,
+        identity: Option<(&Path, &Path)>,
+    ) -> anyhow::Result<Self> {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let extra_roots = match ca_file {
+            Some(path) => trust_anchors("ca-file", path)?,
+            None => Vec::new(),
+        };
+        let verifier =
+            rustls_platform_verifier::Verifier::new_with_extra_roots(extra_roots, provider.clone())
+                .context("creating the HTTP client")?;
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .context("creating the HTTP client")?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier));
+        let (mut config, no_certificate) = match identity {
+            Some((cert_file, key_file)) => {
+                let (certs, key) = client_certificate(cert_file, key_file)?;
+                let config = builder
+                    .with_client_auth_cert(certs, key)
+                    .context("creating the HTTP client")?;
+                (config, None)
+            }
+            None => {
+                let none = Arc::new(NoClientCertificate::default());
+                (builder.with_client_cert_resolver(none.clone()), Some(none))
+            }
+        };
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Self {
+            config,
+            no_certificate,
+        })
+    }
+}
+
+/// The client-certificate side of a route without one: it sends none, and remembers whether a
+/// server asked. In TLS 1.3 the client's handshake is over before the server has read the missing
+/// certificate, so a server that requires one refuses it after the handshake (an alert, then the
+/// connection closed), and if that happens before the request is written, hyper reports only that
+/// the connection closed: without this the reason would not say that a certificate is missing.
+#[derive(Debug, Default)]
+pub(crate) struct NoClientCertificate {
+    asked: AtomicBool,
+}
+
+impl NoClientCertificate {
+    /// Whether a server has asked for a client certificate.
+    pub(crate) fn asked(&self) -> bool {
+        self.asked.load(Ordering::Relaxed)
+    }
+}
+
+impl ResolvesClientCert for NoClientCertificate {
+    fn resolve(
+        &self,
+        _acceptable_issuers: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        self.asked.store(true, Ordering::Relaxed);
+        None
+    }
+
+    fn has_certs(&self) -> bool {
+        false
+    }
+}
 
 /// The certificates of the PEM file `path` (the value of `key`), each a usable trust anchor, to
 /// trust in addition to the system's roots.
 pub(crate) fn ca_certificates(key: &str, path: &Path) -> anyhow::Result<Vec<reqwest::Certificate>> {
+    trust_anchors(key, path)?
+        .iter()
+        .map(|cert| reqwest::Certificate::from_der(cert))
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("`{key}` {}", path.display()))
+}
+
+/// The certificates of the PEM file `path` (the value of `key`), each checked to be a usable
+/// trust anchor.
+fn trust_anchors(key: &str, path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     let certs = certificates(key, path)?;
     let mut store = rustls::RootCertStore::empty();
     for (n, cert) in certs.iter().enumerate() {
@@ -28,16 +121,15 @@ pub(crate) fn ca_certificates(key: &str, path: &Path) -> anyhow::Result<Vec<reqw
             )
         })?;
     }
-    certs
-        .iter()
-        .map(|cert| reqwest::Certificate::from_der(cert))
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("`{key}` {}", path.display()))
+    Ok(certs)
 }
 
 /// The client certificate (chain) of `cert_file` with the private key of `key_file`, checked to
 /// belong together.
-pub(crate) fn identity(cert_file: &Path, key_file: &Path) -> anyhow::Result<reqwest::Identity> {
+fn client_certificate(
+    cert_file: &Path,
+    key_file: &Path,
+) -> anyhow::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
     let certs = certificates("cert-file", cert_file)?;
     let key_pem = read("key-file", key_file)?;
     let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|err| {
@@ -46,26 +138,15 @@ pub(crate) fn identity(cert_file: &Path, key_file: &Path) -> anyhow::Result<reqw
             key_file.display()
         )
     })?;
-    let provider = rustls::crypto::aws_lc_rs::default_provider();
-    CertifiedKey::from_der(certs, key, &provider).map_err(|err| {
+    let provider: &CryptoProvider = &rustls::crypto::aws_lc_rs::default_provider();
+    CertifiedKey::from_der(certs.clone(), key.clone_key(), provider).map_err(|err| {
         anyhow!(
             "`key-file` {} does not fit the certificate of `cert-file` {}: {err}",
             key_file.display(),
             cert_file.display()
         )
     })?;
-    let mut pem = read("cert-file", cert_file)?;
-    if cert_file != key_file {
-        pem.push(b'\n');
-        pem.extend_from_slice(&key_pem);
-    }
-    reqwest::Identity::from_pem(&pem).with_context(|| {
-        format!(
-            "`cert-file` {} with `key-file` {}",
-            cert_file.display(),
-            key_file.display()
-        )
-    })
+    Ok((certs, key))
 }
 
 fn read(key: &str, path: &Path) -> anyhow::Result<Vec<u8>> {
@@ -89,20 +170,54 @@ fn certificates(key: &str, path: &Path) -> anyhow::Result<Vec<CertificateDer<'st
 
 /// The retry reason of a request that failed in TLS (`None` for any other failure): a server
 /// certificate this side refused, a client certificate the server refused, or another TLS error.
-pub(crate) fn failure_reason(err: &(dyn StdError + 'static)) -> Option<String> {
-    let tls = find_tls_error(err)?;
+/// `no_certificate` is the route's when it has no client certificate (see [`NoClientCertificate`]).
+pub(crate) fn failure_reason(
+    err: &(dyn StdError + 'static),
+    no_certificate: Option<&NoClientCertificate>,
+) -> Option<String> {
+    let asked = no_certificate.is_some_and(NoClientCertificate::asked);
+    let Some(tls) = find_tls_error(err) else {
+        return (asked && closed_before_sending(err)).then(|| {
+            "TLS certificate error: the server asked for a client certificate, the route has \
+             none (`cert-file`, `key-file`), and the connection closed before the request was sent"
+                .to_owned()
+        });
+    };
     Some(match tls {
         TlsError::InvalidCertificate(_) => {
             format!("TLS certificate error: the server's certificate was refused: {tls}")
         }
         TlsError::AlertReceived(alert) if refuses_our_certificate(*alert) => {
-            format!("TLS certificate error: the server refused the client certificate: {tls}")
+            let missing = if no_certificate.is_some() {
+                " (the route has no `cert-file`, `key-file`)"
+            } else {
+                ""
+            };
+            format!(
+                "TLS certificate error: the server refused the client certificate: {tls}{missing}"
+            )
         }
         TlsError::NoCertificatesPresented => {
             "TLS certificate error: the server presented no certificate".to_owned()
         }
         other => format!("TLS error: {other}"),
     })
+}
+
+/// Whether `err` is hyper's "connection was not ready": the connection closed between its
+/// handshake and the request, which so was never sent.
+fn closed_before_sending(err: &(dyn StdError + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(err) = next {
+        if err
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_canceled)
+        {
+            return true;
+        }
+        next = err.source();
+    }
+    false
 }
 
 /// The rustls error in the chain of `err`. `io::Error` hides the error it wraps from `source()`
@@ -178,7 +293,7 @@ mod tests {
             CertificateError::UnknownIssuer,
         ));
         assert_eq!(
-            failure_reason(&unknown).as_deref(),
+            failure_reason(&unknown, None).as_deref(),
             Some(
                 "TLS certificate error: the server's certificate was refused: invalid peer certificate: UnknownIssuer"
             )
@@ -187,26 +302,26 @@ mod tests {
             CertificateError::NotValidForName,
         ));
         assert!(
-            failure_reason(&name)
+            failure_reason(&name, None)
                 .is_some_and(|r| r.starts_with("TLS certificate error: the server's certificate")),
         );
         let required = wrapped(TlsError::AlertReceived(
             AlertDescription::CertificateRequired,
         ));
         assert_eq!(
-            failure_reason(&required).as_deref(),
+            failure_reason(&required, None).as_deref(),
             Some(
                 "TLS certificate error: the server refused the client certificate: received fatal alert: CertificateRequired"
             )
         );
         let unknown_ca = TlsError::AlertReceived(AlertDescription::UnknownCA);
         assert!(
-            failure_reason(&unknown_ca)
+            failure_reason(&unknown_ca, None)
                 .is_some_and(|r| r.contains("the server refused the client certificate"))
         );
         let version = wrapped(TlsError::AlertReceived(AlertDescription::ProtocolVersion));
         assert_eq!(
-            failure_reason(&version).as_deref(),
+            failure_reason(&version, None).as_deref(),
             Some("TLS error: received fatal alert: ProtocolVersion")
         );
     }
@@ -214,9 +329,9 @@ mod tests {
     #[test]
     fn other_failures_are_no_tls_errors() {
         let refused = Wrapper(Box::new(io::Error::from(io::ErrorKind::ConnectionRefused)));
-        assert_eq!(failure_reason(&refused), None);
+        assert_eq!(failure_reason(&refused, None), None);
         let text = Wrapper(Box::new(io::Error::other("certificate")));
-        assert_eq!(failure_reason(&text), None);
+        assert_eq!(failure_reason(&text, None), None);
     }
 
     /// A real reqwest error: https:// to a server that answers in plain HTTP.
@@ -238,7 +353,7 @@ mod tests {
             .send()
             .await
             .unwrap_err();
-        let reason = failure_reason(&err);
+        let reason = failure_reason(&err, None);
         assert!(
             reason
                 .as_deref()
@@ -246,6 +361,45 @@ mod tests {
             "{reason:?} from {err:?}"
         );
         server.abort();
+    }
+
+    /// A real hyper "connection was not ready": the request of a connection whose task is gone.
+    async fn closed_before_sending_error() -> hyper::Error {
+        let (ours, _theirs) = tokio::io::duplex(64);
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(ours))
+                .await
+                .unwrap();
+        drop(connection);
+        sender
+            .send_request(hyper::Request::new(String::new()))
+            .await
+            .unwrap_err()
+    }
+
+    #[tokio::test]
+    async fn a_connection_closed_after_a_certificate_request_names_the_missing_certificate() {
+        let err = Wrapper(Box::new(closed_before_sending_error().await));
+        let none = NoClientCertificate::default();
+        assert_eq!(failure_reason(&err, None), None);
+        assert_eq!(failure_reason(&err, Some(&none)), None, "no server asked");
+        assert!(none.resolve(&[], &[]).is_none());
+        assert!(none.asked());
+        assert_eq!(
+            failure_reason(&err, Some(&none)).as_deref(),
+            Some(
+                "TLS certificate error: the server asked for a client certificate, the route has \
+                 none (`cert-file`, `key-file`), and the connection closed before the request was sent"
+            )
+        );
+        let refused = TlsError::AlertReceived(AlertDescription::CertificateRequired);
+        assert_eq!(
+            failure_reason(&refused, Some(&none)).as_deref(),
+            Some(
+                "TLS certificate error: the server refused the client certificate: received fatal \
+                 alert: CertificateRequired (the route has no `cert-file`, `key-file`)"
+            )
+        );
     }
 
     /// A fresh scratch directory for test `name`.
@@ -273,9 +427,9 @@ mod tests {
         let key = write("key.pem", &key_pem);
         let both = write("both.pem", &format!("{cert_pem}{key_pem}"));
         let other = write("other.key", &other);
-        identity(&cert, &key).unwrap();
-        identity(&both, &both).unwrap();
-        let err = format!("{:#}", identity(&cert, &other).unwrap_err());
+        client_certificate(&cert, &key).unwrap();
+        client_certificate(&both, &both).unwrap();
+        let err = format!("{:#}", client_certificate(&cert, &other).unwrap_err());
         assert!(
             err.starts_with(&format!(
                 "`key-file` {} does not fit the certificate of `cert-file` {}: ",
@@ -284,7 +438,7 @@ mod tests {
             )),
             "{err}"
         );
-        let err = format!("{:#}", identity(&key, &key).unwrap_err());
+        let err = format!("{:#}", client_certificate(&key, &key).unwrap_err());
         assert!(err.contains("no PEM CERTIFICATE in it"), "{err}");
         assert_eq!(ca_certificates("ca-file", &both).unwrap().len(), 1);
         let _ = std::fs::remove_dir_all(&dir);
@@ -323,7 +477,7 @@ mod tests {
             format!("{err:#}").contains("certificate 1 is no usable CA certificate"),
             "{err:#}"
         );
-        let err = identity(&garbage, &empty).unwrap_err();
+        let err = client_certificate(&garbage, &empty).unwrap_err();
         assert!(
             format!("{err:#}")
                 .starts_with(&format!("`key-file` {}: no private key", empty.display())),

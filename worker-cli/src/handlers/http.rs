@@ -1,5 +1,6 @@
 //! `handler = "http"`: the payload as the body of a request to `url`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{OnRedirect, RouteSection};
@@ -30,6 +31,8 @@ pub(crate) struct Http {
     /// The URL as reasons and logs name it: see [`redacted`].
     shown: String,
     on_redirect: OnRedirect,
+    /// An https route without a client certificate: whether a server asked for one.
+    no_certificate: Option<Arc<tls::NoClientCertificate>>,
 }
 
 impl std::fmt::Debug for Http {
@@ -61,20 +64,17 @@ impl Http {
         let mut client = reqwest::Client::builder()
             .timeout(timeout)
             .redirect(redirect::Policy::none());
-        if url.scheme() == "http" {
+        let mut no_certificate = None;
+        if url.scheme() == "https" {
+            let identity = route.cert_file.as_deref().zip(route.key_file.as_deref());
+            let tls = tls::RouteTls::new(route.ca_file.as_deref(), identity)
+                .with_context(|| format!("route {}", route.topic))?;
+            no_certificate = tls.no_certificate;
+            client = client.tls_backend_preconfigured(tls.config);
+        } else {
             // Never TLS (redirects are not followed): it needs no roots, which a slim container
             // may not have.
             client = client.tls_certs_only([]);
-        }
-        if let Some(path) = &route.ca_file {
-            let certs = tls::ca_certificates("ca-file", path)
-                .with_context(|| format!("route {}", route.topic))?;
-            client = client.tls_certs_merge(certs);
-        }
-        if let (Some(cert), Some(key)) = (&route.cert_file, &route.key_file) {
-            let identity =
-                tls::identity(cert, key).with_context(|| format!("route {}", route.topic))?;
-            client = client.identity(identity);
         }
         let client = client
             .build()
@@ -85,6 +85,7 @@ impl Http {
             shown: redacted(&url),
             url,
             on_redirect: route.on_redirect.unwrap_or_default(),
+            no_certificate,
         })
     }
 
@@ -112,7 +113,7 @@ impl Http {
                 // reqwest's message quotes the whole URL, credentials and all.
                 let err = err.without_url();
                 let url = &self.shown;
-                match tls::failure_reason(&err) {
+                match tls::failure_reason(&err, self.no_certificate.as_deref()) {
                     Some(reason) => Outcome::retry(format!("{url}: {reason}")),
                     None if err.is_timeout() => {
                         Outcome::retry(format!("{url}: timed out: {}", with_causes(&err)))

@@ -108,24 +108,7 @@ async fn http_failures_name_the_url_without_its_secrets() {
     let cfg = scratch.write("worker.toml", &config(&group, &topic, &route));
     let cfg = cfg.to_str().expect("utf-8 path");
     setup_and_produce(&scratch, cfg, &topic, 1, &["job-1"], &[]).await;
-    let stats = scratch.0.join("stats.json");
-    let out = share_worker(
-        &[
-            "run",
-            "--config",
-            cfg,
-            "--exit-when-idle",
-            "3s",
-            "--stats-json",
-            stats.to_str().expect("utf-8 path"),
-        ],
-        &[("RUST_LOG", "debug")],
-    )
-    .await;
-    assert_ok(&out, "run");
-    let stats: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&stats).expect("the stats file"))
-            .expect("stats JSON");
+    let (stats, log) = run_until_idle_logged(&scratch, cfg, &[("RUST_LOG", "debug")]).await;
     assert_eq!(count(&stats, "dlq"), 1, "{stats}");
     let letter = &read_headers(&format!("{topic}.dlq"), 1).await[0];
     let error = header_value(letter, "share.dlq.error").expect("a share.dlq.error header");
@@ -133,7 +116,6 @@ async fn http_failures_name_the_url_without_its_secrets() {
         error.starts_with(&format!("http://127.0.0.1:{port}/hook/…: request failed")),
         "{error}"
     );
-    let log = text(&out.stderr);
     assert!(log.contains(&format!("127.0.0.1:{port}/hook/…")), "{log}");
     for secret in ["hook-user", "pw-s3cret", "k3y-path", "t0k3n"] {
         for (key, value) in letter {

@@ -175,6 +175,15 @@ pub(crate) async fn run_until_idle_with(
     cfg: &str,
     env: &[(&str, &str)],
 ) -> Value {
+    run_until_idle_logged(scratch, cfg, env).await.0
+}
+
+/// [`run_until_idle_with`], and what the worker logged (its stderr).
+pub(crate) async fn run_until_idle_logged(
+    scratch: &Scratch,
+    cfg: &str,
+    env: &[(&str, &str)],
+) -> (Value, String) {
     let stats = scratch.0.join("stats.json");
     let out = share_worker(
         &[
@@ -196,7 +205,8 @@ pub(crate) async fn run_until_idle_with(
         text(&out.stderr)
     );
     let json = std::fs::read_to_string(&stats).expect("the stats file");
-    serde_json::from_str(&json).expect("stats JSON")
+    let stats = serde_json::from_str(&json).expect("stats JSON");
+    (stats, text(&out.stderr))
 }
 
 pub(crate) fn count(stats: &Value, key: &str) -> u64 {
