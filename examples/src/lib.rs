@@ -24,6 +24,8 @@ mod docs {
     struct Jobs;
     #[doc = include_str!("../../docs/security.md")]
     struct Security;
+    #[doc = include_str!("../../docs/observability.md")]
+    struct Observability;
 }
 
 pub mod secured;

@@ -156,12 +156,3 @@ fn otlp_client(
         format!("telemetry.otlp-endpoint: cannot create an HTTP client for {endpoint}")
     })
 }
-
-/// Every metric of `registry` in the Prometheus text format.
-pub(crate) fn prometheus_text(registry: &prometheus::Registry) -> String {
-    let encoder = prometheus::TextEncoder::new();
-    match encoder.encode_to_string(&registry.gather()) {
-        Ok(text) => text,
-        Err(err) => format!("# encoding the metrics failed: {err}\n"),
-    }
-}

@@ -1,6 +1,7 @@
 //! The `[telemetry] listen` HTTP listener: `/healthz` (the worker's loop makes progress),
 //! `/readyz` (it takes work: running, partitions assigned, dead-letter topics present),
-//! `/metrics` (Prometheus text) and, with `telemetry.ui`, the dashboard under `/ui`.
+//! `/metrics` (Prometheus text): the router of `worker-ops`, and with `telemetry.ui` the dashboard
+//! under `/ui`.
 //!
 //! Every answer comes from memory: the only network call is the dead-letter topic check, which
 //! runs in the background ([`dlq_topics`]) so that no client can make the worker open Kafka
@@ -13,26 +14,24 @@ mod admission;
 mod certs;
 mod dlq_topics;
 mod hosts;
-mod routes;
 mod server;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use axum::Router;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use worker_core::kafka::KafkaSource;
 use worker_core::runtime::WorkerHealth;
 use worker_core::security::Security;
+use worker_ops::Probes;
 
-pub(crate) use routes::REQUEST_TIMEOUT;
-use routes::{Probes, WorkerState};
 pub(crate) use server::{Peer, Serving, serve};
-
-/// `/healthz` fails once the dispatcher has not run for this long. It runs at least once a
-/// second while the worker runs, so this is ten missed wakes, not a busy moment.
-pub(crate) const LIVENESS_MAX_SILENCE: Duration = Duration::from_secs(10);
+pub(crate) use worker_ops::REQUEST_TIMEOUT;
 
 /// How often the dead-letter topics are looked up (the first time at start).
 pub(crate) const DLQ_CHECK_INTERVAL: Duration = Duration::from_secs(30);
@@ -40,7 +39,7 @@ pub(crate) const DLQ_CHECK_INTERVAL: Duration = Duration::from_secs(30);
 /// The running listener; dropping it stops the listener without waiting.
 #[derive(Debug)]
 pub(crate) struct TelemetryServer {
-    worker: Arc<OnceLock<Box<dyn WorkerState>>>,
+    probes: Probes,
     /// The dashboard's view of the worker, with `telemetry.ui`.
     dashboard: Option<Arc<OnceLock<WorkerHealth>>>,
     stop: CancellationToken,
@@ -63,13 +62,11 @@ impl TelemetryServer {
     ) -> Self {
         let (dlq_topics, dlq_check) =
             dlq_topics::spawn_check(bootstrap, security, dlq_topics, DLQ_CHECK_INTERVAL);
-        let worker = Arc::new(OnceLock::new());
-        let probes = Probes {
-            worker: worker.clone(),
-            dlq_topics,
-            registry,
-            max_silence: LIVENESS_MAX_SILENCE,
-        };
+        // The worker's own conditions first, then the dead-letter topics.
+        let probes = Probes::builder()
+            .metrics(registry)
+            .readiness_check(move || dlq_topics.borrow().readiness())
+            .build();
         let stop = CancellationToken::new();
         let (pages, dashboard) = match pages {
             Some((pages, health)) => (Some(pages), Some(health)),
@@ -77,12 +74,12 @@ impl TelemetryServer {
         };
         let server = tokio::spawn(server::serve(
             listener,
-            routes::with_pages(Arc::new(probes), pages),
+            app(&probes, pages),
             serving,
             stop.clone(),
         ));
         Self {
-            worker,
+            probes,
             dashboard,
             stop,
             server,
@@ -95,11 +92,7 @@ impl TelemetryServer {
         if let Some(dashboard) = &self.dashboard {
             let _ = dashboard.set(health.clone());
         }
-        if self
-            .worker
-            .set(Box::new(Running { health, source }))
-            .is_err()
-        {
+        if !self.probes.attach_kafka(health, source) {
             tracing::warn!("telemetry listener: a second worker was attached and is ignored");
         }
     }
@@ -127,27 +120,17 @@ impl Drop for TelemetryServer {
     }
 }
 
-/// The worker as the probes see it: its health and its assignment, both in memory.
-#[derive(Debug)]
-struct Running {
-    health: WorkerHealth,
-    source: KafkaSource,
+/// The probes and, with `pages`, the dashboard (which sets its own limits: it takes form
+/// bodies); anything else is 404.
+fn app(probes: &Probes, pages: Option<Router>) -> Router {
+    let probes = probes.router();
+    match pages {
+        Some(pages) => probes.merge(pages),
+        None => probes,
+    }
+    .fallback(not_found)
 }
 
-impl WorkerState for Running {
-    fn liveness(&self, max_silence: Duration) -> Result<(), String> {
-        self.health.liveness(max_silence)
-    }
-
-    fn readiness(&self) -> Result<(), String> {
-        self.health.readiness()
-    }
-
-    fn assigned_partitions(&self) -> usize {
-        self.source.assignment().len()
-    }
-
-    fn stalls(&self) -> Option<(u64, Duration)> {
-        self.health.stalls()
-    }
+async fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, "not found\n").into_response()
 }

@@ -22,10 +22,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use super::REQUEST_TIMEOUT;
 use super::admission::{Admission, Kind, Slots, Ticket};
 use super::certs;
 use super::hosts::AllowedHosts;
-use super::routes::REQUEST_TIMEOUT;
 
 /// The address a request came from (an extension of every request), for audit lines and the
 /// sign-in throttle.

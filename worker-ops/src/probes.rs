@@ -1,7 +1,7 @@
-//! The three endpoints as an axum router. Handlers read memory only; a failing probe answers 503
-//! with the reason as its body.
+//! The three endpoints. Handlers read memory only; a failing probe answers 503 with the reason as
+//! its body.
 
-use std::fmt::Debug;
+use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -12,42 +12,165 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use tokio::sync::watch;
 use tower_http::timeout::TimeoutLayer;
+use worker_core::kafka::KafkaSource;
+use worker_core::runtime::WorkerHealth;
 
-use super::dlq_topics::DlqTopics;
-use crate::otel;
+/// A probe request must be answered within this long (503 otherwise).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A request must be answered within this long (503 otherwise).
-pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// `/healthz` fails once the worker's loop has not run for this long. It runs at least once a
+/// second while the worker runs, so this is ten missed wakes, not a busy moment.
+pub const LIVENESS_MAX_SILENCE: Duration = Duration::from_secs(10);
 
-/// What the probes ask of the running worker; a trait so the answers can be tested without one.
-pub(crate) trait WorkerState: Debug + Send + Sync + 'static {
+/// A condition `/readyz` requires besides the worker's own: `Ok`, or why not.
+type ReadinessCheck = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// The probes of one worker. Serve [`router`](Self::router) from the start (the worker is
+/// alive and not ready while it joins its group), then [`attach`](Self::attach) the worker once it
+/// is built. Cloning is cheap: clones share the worker and the checks.
+#[derive(Clone)]
+pub struct Probes {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Set once the worker is built; until then it is joining its group.
+    worker: OnceLock<Box<dyn WorkerState>>,
+    checks: Vec<ReadinessCheck>,
+    registry: Option<prometheus::Registry>,
+}
+
+/// What the probes ask of the worker; a trait so the answers can be tested without one.
+trait WorkerState: Send + Sync + 'static {
     /// `Ok` while the worker's loop ran within `max_silence`; otherwise why not.
     fn liveness(&self, max_silence: Duration) -> Result<(), String>;
     /// `Ok` while the worker takes work (running, not stopping, its sink not failing).
     fn readiness(&self) -> Result<(), String>;
-    /// How many partitions the group assigned to this member.
-    fn assigned_partitions(&self) -> usize;
+    /// Whether the group assigned partitions to this member (a worker on another source: yes).
+    fn has_partitions(&self) -> bool;
     /// How often the worker's loop stalled, and how late it was the last time.
     fn stalls(&self) -> Option<(u64, Duration)>;
 }
 
-/// What the endpoints report on.
-#[derive(Debug)]
-pub(crate) struct Probes {
-    /// Set once the worker is built; until then it is joining its group.
-    pub(crate) worker: Arc<OnceLock<Box<dyn WorkerState>>>,
-    /// The last result of the background dead-letter topic check.
-    pub(crate) dlq_topics: watch::Receiver<DlqTopics>,
-    pub(crate) registry: prometheus::Registry,
-    pub(crate) max_silence: Duration,
+/// The worker as the probes see it: its health and its assignment, both in memory.
+struct Attached {
+    health: WorkerHealth,
+    /// A Kafka worker is ready only with partitions assigned.
+    source: Option<KafkaSource>,
+}
+
+impl WorkerState for Attached {
+    fn liveness(&self, max_silence: Duration) -> Result<(), String> {
+        self.health.liveness(max_silence)
+    }
+
+    fn readiness(&self) -> Result<(), String> {
+        self.health.readiness()
+    }
+
+    fn has_partitions(&self) -> bool {
+        self.source
+            .as_ref()
+            .is_none_or(|source| !source.assignment().is_empty())
+    }
+
+    fn stalls(&self) -> Option<(u64, Duration)> {
+        self.health.stalls()
+    }
+}
+
+/// Builds [`Probes`].
+#[derive(Default)]
+pub struct ProbesBuilder {
+    checks: Vec<ReadinessCheck>,
+    registry: Option<prometheus::Registry>,
+}
+
+impl ProbesBuilder {
+    /// `/metrics` serves `registry` (without it: an empty page).
+    pub fn metrics(mut self, registry: prometheus::Registry) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// `/readyz` also requires `check` (after the worker's own conditions, in the order they were
+    /// added): `Err(why)` answers 503 with `why`. It runs on every probe, so it must answer from
+    /// memory (a value a background task keeps fresh), never from the network.
+    pub fn readiness_check(
+        mut self,
+        check: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        self.checks.push(Box::new(check));
+        self
+    }
+
+    pub fn build(self) -> Probes {
+        Probes {
+            inner: Arc::new(Inner {
+                worker: OnceLock::new(),
+                checks: self.checks,
+                registry: self.registry,
+            }),
+        }
+    }
+}
+
+impl fmt::Debug for Probes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Probes")
+            .field("attached", &self.inner.worker.get().is_some())
+            .field("readiness_checks", &self.inner.checks.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Probes {
+    pub fn builder() -> ProbesBuilder {
+        ProbesBuilder::default()
+    }
+
+    /// From now on the probes report on the worker whose [`health`](worker_core::runtime::Worker::health)
+    /// this is. Only the first worker attached counts: `false` for any later one.
+    pub fn attach(&self, health: WorkerHealth) -> bool {
+        self.set(Attached {
+            health,
+            source: None,
+        })
+    }
+
+    /// [`attach`](Self::attach) a worker on `source`: `/readyz` also waits for the group to
+    /// assign it partitions.
+    pub fn attach_kafka(&self, health: WorkerHealth, source: KafkaSource) -> bool {
+        self.set(Attached {
+            health,
+            source: Some(source),
+        })
+    }
+
+    fn set(&self, worker: impl WorkerState) -> bool {
+        self.inner.worker.set(Box::new(worker)).is_ok()
+    }
+
+    /// `/healthz`, `/readyz` and `/metrics`, GET or HEAD; a request with a body is refused (413)
+    /// unread, and one not answered within [`REQUEST_TIMEOUT`] is 503. Merge it into your router;
+    /// paths it does not have are left to yours.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/healthz", get(healthz))
+            .route("/readyz", get(readyz))
+            .route("/metrics", get(metrics))
+            .with_state(self.clone())
+            .layer(middleware::from_fn(refuse_bodies))
+            .layer(TimeoutLayer::with_status_code(
+                StatusCode::SERVICE_UNAVAILABLE,
+                REQUEST_TIMEOUT,
+            ))
+    }
+
     fn liveness(&self) -> Result<(), String> {
-        match self.worker.get() {
-            Some(worker) => worker.liveness(self.max_silence),
+        match self.inner.worker.get() {
+            Some(worker) => worker.liveness(LIVENESS_MAX_SILENCE),
             None => Ok(()),
         }
     }
@@ -55,7 +178,7 @@ impl Probes {
     /// A line on the loop's stalls, if it ever stalled: alive again, but something blocked every
     /// runtime thread long enough to endanger locks.
     fn stalls(&self) -> Option<String> {
-        let (count, last) = self.worker.get()?.stalls()?;
+        let (count, last) = self.inner.worker.get()?.stalls()?;
         Some(format!(
             "dispatcher stalls: {count} (the last {} late: something blocked every runtime thread)\n",
             humantime::format_duration(last)
@@ -63,67 +186,45 @@ impl Probes {
     }
 
     fn readiness(&self) -> Result<(), String> {
-        let Some(worker) = self.worker.get() else {
+        let Some(worker) = self.inner.worker.get() else {
             return Err("joining the share group".to_owned());
         };
         worker.readiness()?;
-        if worker.assigned_partitions() == 0 {
+        if !worker.has_partitions() {
             return Err("no partitions assigned yet".to_owned());
         }
-        self.dlq_topics.borrow().readiness()
+        self.inner.checks.iter().try_for_each(|check| check())
     }
-}
-
-/// `/healthz`, `/readyz` and `/metrics` (GET or HEAD only); anything else is 404, a request with
-/// a body 413.
-#[cfg(test)]
-pub(crate) fn router(probes: Arc<Probes>) -> Router {
-    with_pages(probes, None)
-}
-
-/// [`router`] and, with `pages`, those routes too (the dashboard, which sets its own limits:
-/// it takes form bodies).
-pub(crate) fn with_pages(probes: Arc<Probes>, pages: Option<Router>) -> Router {
-    let probes = Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .with_state(probes)
-        .layer(middleware::from_fn(refuse_bodies))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            REQUEST_TIMEOUT,
-        ));
-    match pages {
-        Some(pages) => probes.merge(pages),
-        None => probes,
-    }
-    .fallback(not_found)
 }
 
 /// 200 `ok` while the loop runs (followed by a line on its stalls if it ever stalled), else 503
 /// with the reason.
-async fn healthz(State(probes): State<Arc<Probes>>) -> Response {
+async fn healthz(State(probes): State<Probes>) -> Response {
     match (probes.liveness(), probes.stalls()) {
         (Ok(()), Some(stalls)) => (StatusCode::OK, format!("ok\n{stalls}")).into_response(),
         (result, _) => answer(result, "ok\n"),
     }
 }
 
-async fn readyz(State(probes): State<Arc<Probes>>) -> Response {
+async fn readyz(State(probes): State<Probes>) -> Response {
     answer(probes.readiness(), "ready\n")
 }
 
-async fn metrics(State(probes): State<Arc<Probes>>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        otel::prometheus_text(&probes.registry),
-    )
-        .into_response()
+async fn metrics(State(probes): State<Probes>) -> Response {
+    let text = match &probes.inner.registry {
+        Some(registry) => prometheus_text(registry),
+        None => String::new(),
+    };
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
-async fn not_found() -> Response {
-    (StatusCode::NOT_FOUND, "not found\n").into_response()
+/// Every metric of `registry` in the Prometheus text format.
+pub fn prometheus_text(registry: &prometheus::Registry) -> String {
+    let encoder = prometheus::TextEncoder::new();
+    match encoder.encode_to_string(&registry.gather()) {
+        Ok(text) => text,
+        Err(err) => format!("# encoding the metrics failed: {err}\n"),
+    }
 }
 
 /// The probes are GETs: a body (announced by `Content-Length` or chunked) is refused unread.
@@ -189,8 +290,8 @@ mod tests {
             self.readiness.clone()
         }
 
-        fn assigned_partitions(&self) -> usize {
-            self.partitions
+        fn has_partitions(&self) -> bool {
+            self.partitions > 0
         }
 
         fn stalls(&self) -> Option<(u64, Duration)> {
@@ -198,18 +299,16 @@ mod tests {
         }
     }
 
-    fn app(worker: Option<Fake>, dlq: DlqTopics) -> Router {
-        let slot: OnceLock<Box<dyn WorkerState>> = OnceLock::new();
+    /// The probes of `worker` (none: still joining) with one readiness check answering `check`.
+    fn app(worker: Option<Fake>, check: Result<(), &'static str>) -> Router {
+        let probes = Probes::builder()
+            .metrics(prometheus::Registry::new())
+            .readiness_check(move || check.map_err(str::to_owned))
+            .build();
         if let Some(worker) = worker {
-            let _ = slot.set(Box::new(worker));
+            assert!(probes.set(worker));
         }
-        let (_, dlq_topics) = watch::channel(dlq);
-        router(Arc::new(Probes {
-            worker: Arc::new(slot),
-            dlq_topics,
-            registry: prometheus::Registry::new(),
-            max_silence: Duration::from_secs(10),
-        }))
+        probes.router()
     }
 
     async fn call(app: Router, request: Request<Body>) -> (StatusCode, String, Option<String>) {
@@ -245,7 +344,7 @@ mod tests {
             silent_for: Duration::from_secs(11),
             ..Fake::default()
         };
-        let (status, body) = get(app(Some(stalled), DlqTopics::Present), "/healthz").await;
+        let (status, body) = get(app(Some(stalled), Ok(())), "/healthz").await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(body, "the dispatcher has not run for 11s\n");
 
@@ -253,7 +352,7 @@ mod tests {
             silent_for: Duration::from_secs(9),
             ..Fake::default()
         };
-        let app = app(Some(busy), DlqTopics::Present);
+        let app = app(Some(busy), Ok(()));
         assert_eq!(get(app, "/healthz").await, (StatusCode::OK, "ok\n".into()));
     }
 
@@ -263,7 +362,7 @@ mod tests {
             stalls: Some((2, Duration::from_millis(1500))),
             ..Fake::default()
         };
-        let (status, body) = get(app(Some(recovered), DlqTopics::Present), "/healthz").await;
+        let (status, body) = get(app(Some(recovered), Ok(())), "/healthz").await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(
             body,
@@ -273,7 +372,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_joining_worker_is_alive_but_not_ready() {
-        let app = app(None, DlqTopics::Present);
+        let app = app(None, Ok(()));
         assert_eq!(
             get(app.clone(), "/healthz").await,
             (StatusCode::OK, "ok\n".into())
@@ -296,7 +395,7 @@ mod tests {
                     partitions: 0,
                     ..Fake::default()
                 },
-                DlqTopics::Missing(vec!["t.dlq".into()]),
+                Err("dead-letter topic t.dlq does not exist"),
                 "the dead-letter sink is failing: timed out",
             ),
             (
@@ -304,17 +403,17 @@ mod tests {
                     partitions: 0,
                     ..Fake::default()
                 },
-                DlqTopics::Missing(vec!["t.dlq".into()]),
+                Err("dead-letter topic t.dlq does not exist"),
                 "no partitions assigned yet",
             ),
             (
                 Fake::default(),
-                DlqTopics::Missing(vec!["t.dlq".into()]),
+                Err("dead-letter topic t.dlq does not exist"),
                 "dead-letter topic t.dlq does not exist",
             ),
             (
                 Fake::default(),
-                DlqTopics::Unchecked,
+                Err("the dead-letter topics have not been checked yet"),
                 "the dead-letter topics have not been checked yet",
             ),
         ];
@@ -323,7 +422,7 @@ mod tests {
             assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{why}");
             assert_eq!(body, format!("{why}\n"));
         }
-        let app = app(Some(Fake::default()), DlqTopics::Present);
+        let app = app(Some(Fake::default()), Ok(()));
         assert_eq!(
             get(app, "/readyz").await,
             (StatusCode::OK, "ready\n".into())
@@ -335,14 +434,14 @@ mod tests {
         let request = Request::get("/metrics")
             .body(Body::empty())
             .expect("a request");
-        let (status, _, content_type) = call(app(None, DlqTopics::Present), request).await;
+        let (status, _, content_type) = call(app(None, Ok(())), request).await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(content_type.as_deref(), Some("text/plain; version=0.0.4"));
     }
 
     #[tokio::test]
     async fn unknown_paths_wrong_methods_and_bodies_are_refused() {
-        let app = app(Some(Fake::default()), DlqTopics::Present);
+        let app = app(Some(Fake::default()), Ok(()));
         assert_eq!(get(app.clone(), "/").await.0, StatusCode::NOT_FOUND);
         assert_eq!(
             get(app.clone(), "/healthz/x").await.0,
