@@ -5,6 +5,9 @@
 
 pub mod cluster;
 pub mod metrics;
+mod ports;
+
+pub use ports::reserve_port;
 
 use std::time::Duration;
 

@@ -737,7 +737,7 @@ async fn the_dashboard_lists_the_groups_broker_letters_by_the_brokers_reason() {
     produce(&bootstrap, &topic, &[("k0", "poison", &[])]).await;
     settle(&groups[0], &topic, 1, &[0]).await;
     wait_records(&dlq, 1).await;
-    let port = free_port();
+    let port = reserve_port();
     let text_cfg =
         broker_config(
             &bootstrap,

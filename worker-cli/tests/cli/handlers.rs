@@ -101,7 +101,7 @@ async fn http_failures_name_the_url_without_its_secrets() {
     let scratch = Scratch::new();
     let topic = unique("cli-http-secret");
     let group = unique("cli-http-secret-group");
-    let port = free_port();
+    let port = reserve_port();
     let route = format!(
         "handler = \"http\"\nurl = \"http://hook-user:pw-s3cret@127.0.0.1:{port}/hook/k3y-path?token=t0k3n\"\ntimeout = \"2s\""
     );

@@ -580,7 +580,7 @@ async fn produce_raw(dlq: &str, target: &str, name: &[u8]) -> i64 {
 async fn a_back_dated_record_is_listed_by_the_time_it_was_dead_lettered() {
     let scratch = Scratch::new();
     let topic = unique("cli-replay-backdated");
-    let port = free_port();
+    let port = reserve_port();
     let route =
         "handler = \"exec\"\ncommand = [\"sh\", \"-c\", \"exit 2\"]\nreject-exit-codes = [2]";
     let text = config(&unique("cli-replay-backdated-group"), &topic, route).replace(

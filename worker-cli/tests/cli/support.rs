@@ -11,7 +11,7 @@ pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_share-worker");
 /// No command of a test may take longer.
 pub(crate) const DEADLINE: Duration = Duration::from_secs(120);
 
-pub(crate) use tests::{bootstrap, unique};
+pub(crate) use tests::{bootstrap, reserve_port, unique};
 
 /// A scratch directory removed at the end of the test.
 pub(crate) struct Scratch(pub(crate) PathBuf);
@@ -34,14 +34,6 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// A port nothing listens on now.
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// `share-worker ARGS` in the background, its stderr to `log`; killed when dropped.

@@ -61,7 +61,7 @@ async fn metrics_move_during_a_run_with_retries_and_dead_letters() {
     let scratch = Scratch::new();
     let topic = unique("cli-telemetry");
     let group = unique("cli-telemetry-group");
-    let port = free_port();
+    let port = reserve_port();
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding");
     let addr = listener.local_addr().expect("an address");
     let server = tokio::spawn(serve(listener, Arc::new(Mutex::new(Seen::default()))));
@@ -356,7 +356,7 @@ async fn a_frozen_worker_reports_the_stall_in_healthz_and_metrics() {
     let scratch = Scratch::new();
     let topic = unique("cli-stall");
     let group = unique("cli-stall-group");
-    let port = free_port();
+    let port = reserve_port();
     let text_cfg = config(&group, &topic, "handler = \"noop\"\ndelay = \"20s\"")
         .replace("lock-duration = \"20s\"", "lock-duration = \"1s\"")
         .replace(
@@ -441,7 +441,7 @@ async fn counters_are_exported_at_zero_before_the_first_record() {
     let scratch = Scratch::new();
     let topic = unique("cli-zero");
     let group = unique("cli-zero-group");
-    let port = free_port();
+    let port = reserve_port();
     let text_cfg = config(&group, &topic, "handler = \"noop\"").replace(
         "[dlq]",
         &format!("[telemetry]\nlisten = \"127.0.0.1:{port}\"\n\n[dlq]"),

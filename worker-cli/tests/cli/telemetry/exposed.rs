@@ -184,7 +184,7 @@ fn csrf(page: &str) -> String {
 #[tokio::test]
 async fn the_dashboard_throttles_failed_sign_ins_per_address_and_answers_its_allowed_hosts_only() {
     let scratch = Scratch::new();
-    let port = free_port();
+    let port = reserve_port();
     let text = config(
         &unique("cli-throttle-group"),
         &unique("cli-throttle"),

@@ -45,7 +45,7 @@ impl Running {
         telemetry: &str,
     ) -> Self {
         let scratch = Scratch::new();
-        let port = free_port();
+        let port = reserve_port();
         let with_listener = |text: &str| {
             text.replace(
                 "[worker]",

@@ -37,7 +37,7 @@ async fn actions_are_refused_without_the_token_the_csrf_token_or_from_another_si
     let scratch = Scratch::new();
     let topic = unique("ui-access");
     let group = unique("ui-access-group");
-    let port = free_port();
+    let port = reserve_port();
     let cfg = scratch.write(
         "worker.toml",
         &dashboard(
@@ -178,7 +178,7 @@ async fn a_read_only_dashboard_shows_no_action_and_refuses_every_one() {
     let scratch = Scratch::new();
     let topic = unique("ui-readonly");
     let group = unique("ui-readonly-group");
-    let port = free_port();
+    let port = reserve_port();
     let cfg = scratch.write("worker.toml", &dashboard(&group, &topic, port, ""));
     let cfg = cfg.to_str().expect("utf-8 path");
     assert_ok(
@@ -254,7 +254,7 @@ const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 60 * 60);
 #[tokio::test]
 async fn over_https_the_session_cookie_is_secure_and_a_backdated_one_signs_nobody_in() {
     let scratch = Scratch::new();
-    let port = free_port();
+    let port = reserve_port();
     let generated =
         rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
             .expect("a certificate");

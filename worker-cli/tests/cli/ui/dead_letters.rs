@@ -63,7 +63,7 @@ impl DashboardBed {
         let scratch = Scratch::new();
         let topic = unique(name);
         let group = unique(&format!("{name}-group"));
-        let port = free_port();
+        let port = reserve_port();
         let text = config(&group, &topic, &handler(&scratch.0)).replace(
             "[dlq]",
             &format!("[ui]\nlisten = \"127.0.0.1:{port}\"\n{ui}\n[dlq]"),

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use crate::support::*;
-use crate::support::{free_port, spawn};
+use crate::support::{reserve_port, spawn};
 use crate::ui::browser::{Chromium, screenshot, wait_listening, wait_until};
 
 #[derive(Debug, Deserialize)]
@@ -27,7 +27,7 @@ async fn the_overview_shows_the_members_and_a_lag_that_falls_to_zero_during_a_ru
     let scratch = Scratch::new();
     let topic = unique("ui-overview");
     let group = unique("ui-overview-group");
-    let port = free_port();
+    let port = reserve_port();
     let text = config(&group, &topic, "handler = \"noop\"\ndelay = \"25ms\"")
         .replace("concurrency = 8", "concurrency = 2")
         .replace(
