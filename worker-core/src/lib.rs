@@ -56,6 +56,7 @@
 
 extern crate self as worker_core;
 
+pub mod checks;
 pub mod defaults;
 pub mod delay;
 pub mod dlq;

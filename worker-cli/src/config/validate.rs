@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::model::{Config, DlqMode, DlqSection, HandlerKind, RECORD_ENV_PREFIX, RouteSection};
+use worker_core::checks::{self, BackoffPart};
 use worker_core::dlq::DlqTopic;
 
 mod listeners;
@@ -13,6 +14,11 @@ pub(crate) use listeners::ui_token_strength;
 
 /// A failed check: the key path (TOML segments) and what was expected.
 pub(crate) type Invalid = (Vec<String>, String);
+
+/// [`bad`] for `path` as a `map_err` function, for the rules of `worker_core::checks`.
+fn at<'a>(path: &'a [&'a str]) -> impl FnOnce(String) -> Invalid + 'a {
+    move |why| bad(path, why)
+}
 
 fn bad(path: &[&str], message: impl Into<String>) -> Invalid {
     (
@@ -47,39 +53,12 @@ pub(crate) fn check(config: &Config) -> Result<(), Invalid> {
             "expected a non-empty share group id",
         ));
     }
-    if worker.concurrency == 0 || u32::try_from(worker.concurrency).is_err() {
-        return Err(bad(
-            &["worker", "concurrency"],
-            format!(
-                "expected at least 1 (and below 2^32), found {}",
-                worker.concurrency
-            ),
-        ));
-    }
-    if worker.max_poll_records == 0 {
-        return Err(bad(
-            &["worker", "max-poll-records"],
-            "expected at least 1, found 0",
-        ));
-    }
-    if !(worker.renew_at > 0.0 && worker.renew_at < 1.0) {
-        return Err(bad(
-            &["worker", "renew-at"],
-            format!(
-                "expected a fraction of the lock duration between 0 and 1 (exclusive), found {}",
-                worker.renew_at
-            ),
-        ));
-    }
-    if worker.max_delay.is_zero() {
-        return Err(bad(&["worker", "max-delay"], "expected a duration above 0"));
-    }
-    if worker.job_timeout.is_zero() {
-        return Err(bad(
-            &["worker", "job-timeout"],
-            "expected a duration above 0",
-        ));
-    }
+    checks::concurrency(worker.concurrency).map_err(at(&["worker", "concurrency"]))?;
+    checks::max_poll_records(worker.max_poll_records)
+        .map_err(at(&["worker", "max-poll-records"]))?;
+    checks::renew_at(worker.renew_at).map_err(at(&["worker", "renew-at"]))?;
+    checks::above_zero(worker.max_delay).map_err(at(&["worker", "max-delay"]))?;
+    checks::above_zero(worker.job_timeout).map_err(at(&["worker", "job-timeout"]))?;
     if worker
         .lock_duration
         .is_some_and(|d| d < Duration::from_millis(1))
@@ -87,36 +66,25 @@ pub(crate) fn check(config: &Config) -> Result<(), Invalid> {
         return Err(bad(&["worker", "lock-duration"], "expected at least 1ms"));
     }
     let retry = &config.retry;
-    if retry.max_attempts == Some(0) {
-        return Err(bad(
-            &["retry", "max-attempts"],
-            "expected at least 1, found 0",
-        ));
+    if let Some(attempts) = retry.max_attempts {
+        checks::max_attempts(attempts).map_err(at(&["retry", "max-attempts"]))?;
     }
-    if retry.assume_delivery_limit.is_some_and(|limit| limit < 2) {
-        return Err(bad(
-            &["retry", "assume-delivery-limit"],
-            "expected at least 2 (Kafka's smallest delivery-count limit)",
-        ));
+    if let Some(limit) = retry.assume_delivery_limit {
+        checks::assumed_delivery_limit(limit).map_err(at(&["retry", "assume-delivery-limit"]))?;
     }
-    if retry.backoff_initial.is_zero() {
-        return Err(bad(
-            &["retry", "backoff-initial"],
-            "expected a duration above 0",
-        ));
-    }
-    if retry.backoff_max < retry.backoff_initial {
-        return Err(bad(
-            &["retry", "backoff-max"],
-            "expected at least `backoff-initial`",
-        ));
-    }
-    if !(retry.backoff_multiplier >= 1.0 && retry.backoff_multiplier.is_finite()) {
-        return Err(bad(
-            &["retry", "backoff-multiplier"],
-            format!("expected at least 1.0, found {}", retry.backoff_multiplier),
-        ));
-    }
+    checks::backoff(
+        retry.backoff_initial,
+        retry.backoff_max,
+        f64::from(retry.backoff_multiplier),
+    )
+    .map_err(|(part, why)| {
+        let key = match part {
+            BackoffPart::Initial => "backoff-initial",
+            BackoffPart::Max => "backoff-max",
+            BackoffPart::Factor => "backoff-multiplier",
+        };
+        bad(&["retry", key], why)
+    })?;
     if let Some(dlq) = &config.dlq {
         check_dlq(dlq)?;
     }
@@ -124,9 +92,7 @@ pub(crate) fn check(config: &Config) -> Result<(), Invalid> {
         if let Err(err) = worker_core::delay::DelayTopic::new(&delay.topic) {
             return Err(bad(&["delay", "topic"], err.message()));
         }
-        if delay.max_hold.is_zero() {
-            return Err(bad(&["delay", "max-hold"], "expected a duration above 0"));
-        }
+        checks::above_zero(delay.max_hold).map_err(at(&["delay", "max-hold"]))?;
     }
     check_rate(&["worker"], "rate", worker.rate, "burst", worker.burst)?;
     check_telemetry(config)?;

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 
+use crate::checks::{self, BackoffPart};
 use crate::{Error, ErrorKind, Result};
 
 /// An exponential backoff with optional jitter, computed from the attempt number (the broker's
@@ -107,17 +108,14 @@ impl Backoff {
 
     /// Checks the settings; `name` is the builder setting, for the error.
     pub(crate) fn validate(&self, name: &str) -> Result<()> {
-        let fail = |what: &str| Err(Error::new(ErrorKind::Config, format!("`{name}`: {what}")));
-        if self.initial.is_zero() {
-            return fail("expected an initial delay above 0");
-        }
-        if self.max < self.initial {
-            return fail("expected a max delay at least the initial delay");
-        }
-        if !(self.factor >= 1.0 && self.factor.is_finite()) {
-            return fail("expected a factor of at least 1");
-        }
-        Ok(())
+        checks::backoff(self.initial, self.max, f64::from(self.factor)).map_err(|(part, why)| {
+            let part = match part {
+                BackoffPart::Initial => "initial delay",
+                BackoffPart::Max => "max delay",
+                BackoffPart::Factor => "factor",
+            };
+            Error::new(ErrorKind::Config, format!("`{name}` {part}: {why}"))
+        })
     }
 }
 

@@ -49,6 +49,7 @@ mod backoff;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::checks;
 use crate::dlq::{DlqReason, DlqSink};
 use crate::{Error, ErrorKind, Outcome, Result};
 
@@ -95,17 +96,14 @@ impl Default for PolicyConfig {
 impl PolicyConfig {
     /// Checks every setting; the error names the setting.
     pub(crate) fn validate(&self) -> Result<()> {
-        if self.max_attempts == Some(0) {
-            return Err(Error::new(
-                ErrorKind::Config,
-                "`max_attempts`: expected at least 1",
-            ));
+        let named =
+            |name: &str, why: String| Error::new(ErrorKind::Config, format!("`{name}`: {why}"));
+        if let Some(attempts) = self.max_attempts {
+            checks::max_attempts(attempts).map_err(|why| named("max_attempts", why))?;
         }
-        if self.assumed_limit.is_some_and(|limit| limit < 2) {
-            return Err(Error::new(
-                ErrorKind::Config,
-                "`assume_delivery_limit`: expected at least 2 (Kafka's smallest limit)",
-            ));
+        if let Some(limit) = self.assumed_limit {
+            checks::assumed_delivery_limit(limit)
+                .map_err(|why| named("assume_delivery_limit", why))?;
         }
         if self.broker_dlq && self.dlq.is_some() {
             return Err(Error::new(

@@ -4,10 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::rate::RateLimit;
-use crate::defaults;
 use crate::delay::{DelaySink, DelayTopic};
 use crate::policy::PolicyConfig;
 use crate::{Error, ErrorKind, Result};
+use crate::{checks, defaults};
 
 /// Where long waits go: the delay sink and the topics it writes.
 #[derive(Clone, Debug)]
@@ -72,28 +72,19 @@ impl Default for Settings {
 impl Settings {
     /// Checks every setting; the error names the setting and what was expected.
     pub(crate) fn validate(&self) -> Result<()> {
+        let named =
+            |name: &str, why: String| Error::new(ErrorKind::Config, format!("`{name}`: {why}"));
+        checks::concurrency(self.concurrency).map_err(|why| named("concurrency", why))?;
+        checks::max_poll_records(self.max_poll_records)
+            .map_err(|why| named("max_poll_records", why))?;
+        checks::renew_at(self.renew_at).map_err(|why| named("renew_at", why))?;
+        checks::above_zero(self.job_timeout).map_err(|why| named("job_timeout", why))?;
         let fail = |msg: &str| Err(Error::new(ErrorKind::Config, msg));
-        if self.concurrency == 0 || u32::try_from(self.concurrency).is_err() {
-            return fail("`concurrency`: expected at least 1 (and less than 2^32)");
-        }
-        if self.max_poll_records == 0 {
-            return fail("`max_poll_records`: expected at least 1");
-        }
-        if !(self.renew_at > 0.0 && self.renew_at < 1.0) {
-            return fail("`renew_at`: expected a fraction of the lock between 0 and 1 (exclusive)");
-        }
-        if self.job_timeout.is_zero() {
-            return fail("`job_timeout`: expected a duration above 0");
-        }
         if self.limit_refresh < Duration::from_secs(1) {
             return fail("`delivery_limit_refresh`: expected at least 1s");
         }
-        if self.max_hold.is_zero() {
-            return fail("`max_hold`: expected a duration above 0");
-        }
-        if self.max_delay.is_zero() {
-            return fail("`max_delay`: expected a duration above 0");
-        }
+        checks::above_zero(self.max_hold).map_err(|why| named("max_hold", why))?;
+        checks::above_zero(self.max_delay).map_err(|why| named("max_delay", why))?;
         if let Some(rate) = &self.rate_limit {
             rate.quota("rate_limit")?;
         }

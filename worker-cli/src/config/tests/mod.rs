@@ -591,6 +591,120 @@ fn what_the_file_accepts_the_builder_accepts() {
     }
 }
 
+/// The file and the library refuse the same values with the same words (both apply
+/// `worker_core::checks`): a rule changed on one side only fails here.
+#[test]
+fn the_file_and_the_builder_refuse_the_same_values() {
+    use std::convert::Infallible;
+
+    use worker_core::policy::Backoff;
+    use worker_core::testing::MemoryBroker;
+    use worker_core::{Job, Worker, WorkerBuilder};
+
+    type Setter = Box<
+        dyn Fn(
+            WorkerBuilder<worker_core::testing::MemoryMember>,
+        ) -> WorkerBuilder<worker_core::testing::MemoryMember>,
+    >;
+    let secs = Duration::from_secs;
+    let backoff = |initial, max, factor| Backoff::exponential(initial, max).factor(factor);
+    let cases: Vec<(&str, &str, Setter)> = vec![
+        ("worker", "concurrency = 0", Box::new(|b| b.concurrency(0))),
+        ("worker", "concurrency = 1", Box::new(|b| b.concurrency(1))),
+        (
+            "worker",
+            "concurrency = 4294967296",
+            Box::new(|b| b.concurrency(1 << 32)),
+        ),
+        (
+            "worker",
+            "max-poll-records = 0",
+            Box::new(|b| b.max_poll_records(0)),
+        ),
+        (
+            "worker",
+            "max-poll-records = 1",
+            Box::new(|b| b.max_poll_records(1)),
+        ),
+        ("worker", "renew-at = 0.0", Box::new(|b| b.renew_at(0.0))),
+        ("worker", "renew-at = 0.01", Box::new(|b| b.renew_at(0.01))),
+        ("worker", "renew-at = 1.0", Box::new(|b| b.renew_at(1.0))),
+        ("worker", "renew-at = -0.5", Box::new(|b| b.renew_at(-0.5))),
+        (
+            "worker",
+            "job-timeout = \"0s\"",
+            Box::new(|b| b.job_timeout(Duration::ZERO)),
+        ),
+        (
+            "worker",
+            "job-timeout = \"1ms\"",
+            Box::new(|b| b.job_timeout(Duration::from_millis(1))),
+        ),
+        (
+            "worker",
+            "max-delay = \"0s\"",
+            Box::new(|b| b.max_delay(Duration::ZERO)),
+        ),
+        ("retry", "max-attempts = 0", Box::new(|b| b.max_attempts(0))),
+        ("retry", "max-attempts = 1", Box::new(|b| b.max_attempts(1))),
+        (
+            "retry",
+            "assume-delivery-limit = 1",
+            Box::new(|b| b.assume_delivery_limit(1)),
+        ),
+        (
+            "retry",
+            "assume-delivery-limit = 2",
+            Box::new(|b| b.assume_delivery_limit(2)),
+        ),
+        (
+            "retry",
+            "backoff-initial = \"0s\"",
+            Box::new(move |b| b.backoff(backoff(Duration::ZERO, secs(300), 2.0))),
+        ),
+        (
+            "retry",
+            "backoff-initial = \"10s\"\nbackoff-max = \"5s\"",
+            Box::new(move |b| b.backoff(backoff(secs(10), secs(5), 2.0))),
+        ),
+        (
+            "retry",
+            "backoff-multiplier = 0.5",
+            Box::new(move |b| b.backoff(backoff(secs(1), secs(300), 0.5))),
+        ),
+        (
+            "retry",
+            "backoff-multiplier = 1.0",
+            Box::new(move |b| b.backoff(backoff(secs(1), secs(300), 1.0))),
+        ),
+    ];
+    for (section, line, set) in cases {
+        let text = if section == "worker" {
+            MINIMAL.replace("group = \"g\"", &format!("group = \"g\"\n{line}"))
+        } else {
+            format!("{MINIMAL}\n[{section}]\n{line}\n")
+        };
+        let file = parse(&text).map(|_| ()).map_err(|err| err.to_string());
+        let broker = MemoryBroker::new();
+        let builder = Worker::builder(broker.member("m")).route(
+            "t",
+            tower::service_fn(|_: Job| async { Ok::<_, Infallible>(worker_core::Outcome::Accept) }),
+        );
+        let library = set(builder)
+            .build()
+            .map(|_| ())
+            .map_err(|err| err.to_string());
+        match (&file, &library) {
+            (Ok(()), Ok(())) => {}
+            (Err(file), Err(library)) => {
+                let why = |text: &str| text[text.find("expected").unwrap_or(0)..].trim().to_owned();
+                assert_eq!(why(file), why(library), "{section}: {line}");
+            }
+            _ => panic!("{section}: {line}: the file says {file:?}, the library {library:?}"),
+        }
+    }
+}
+
 /// docs/binary.md shows the reference file whole: the copy there is the file itself.
 #[test]
 fn the_binary_guide_shows_the_reference_file_as_it_is() {
