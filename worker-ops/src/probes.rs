@@ -105,6 +105,7 @@ impl ProbesBuilder {
         self
     }
 
+    /// The probes, reporting "alive, not ready" until a worker is attached.
     pub fn build(self) -> Probes {
         Probes {
             inner: Arc::new(Inner {
@@ -126,6 +127,7 @@ impl fmt::Debug for Probes {
 }
 
 impl Probes {
+    /// Starts building probes: no metrics and no readiness checks of the application's own.
     pub fn builder() -> ProbesBuilder {
         ProbesBuilder::default()
     }
