@@ -56,8 +56,25 @@ fn letter(topic: &str, error: String) -> DeadLetter {
         reason: DlqReason::HandlerError,
         error,
         handler: Arc::from("send_sms"),
-        failed_at: SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_500_000_007),
+        failed_at: now_to_the_millisecond(),
     }
+}
+
+/// Now, in whole milliseconds (the precision of a record's timestamp). A letter is written at its
+/// `failed_at`: a fixed time in the past would fall outside the topic's 7-day retention, and the
+/// broker's next retention check would delete it before the test reads it.
+fn now_to_the_millisecond() -> SystemTime {
+    let since_epoch = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("after the epoch");
+    SystemTime::UNIX_EPOCH + Duration::from_millis(since_epoch.as_millis() as u64)
+}
+
+/// `at` in milliseconds since the epoch.
+fn epoch_millis(at: SystemTime) -> i64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_millis() as i64
 }
 
 fn read_one(topic: &str) -> anyhow::Result<rdkafka::message::OwnedMessage> {
@@ -92,7 +109,8 @@ async fn a_dead_letter_keeps_the_record_and_names_its_origin() -> anyhow::Result
         .build()?;
 
     let long_error = "é".repeat(2000);
-    sink.send(&letter(&source_topic, long_error)).await?;
+    let sent = letter(&source_topic, long_error);
+    sink.send(&sent).await?;
 
     let message = read_one(&dlq_topic)?;
     assert_eq!(message.key(), Some(&b"customer-7"[..]));
@@ -100,7 +118,7 @@ async fn a_dead_letter_keeps_the_record_and_names_its_origin() -> anyhow::Result
     // Written at the time the worker gave up on the record; the record's own time in a header.
     assert_eq!(
         message.timestamp(),
-        Timestamp::CreateTime(1_764_500_000_007)
+        Timestamp::CreateTime(epoch_millis(sent.failed_at))
     );
 
     let found: Vec<(String, Option<Vec<u8>>)> = message
@@ -142,7 +160,10 @@ async fn a_dead_letter_keeps_the_record_and_names_its_origin() -> anyhow::Result
         "a stale provenance header is replaced"
     );
     assert_eq!(text(headers::ERROR).len(), headers::MAX_ERROR_LEN);
-    assert_eq!(text(headers::FAILED_AT), "2025-11-30T10:53:20.007Z");
+    assert_eq!(
+        text(headers::FAILED_AT),
+        humantime::format_rfc3339_millis(sent.failed_at).to_string()
+    );
     assert_eq!(text(headers::WORKER), "worker-1");
     assert_eq!(text(headers::HANDLER), "send_sms");
     assert_eq!(text(headers::RECORD_TIMESTAMP), "1700000000123");

@@ -503,7 +503,12 @@ async fn produce_raw(dlq: &str, target: &str, name: &[u8]) -> i64 {
         timestamp_type: TimestampType::Creation,
         offset: 0,
         sequence: -1,
-        timestamp: 0,
+        // Now: a record older than the topic's 7-day retention is deleted by the broker's next
+        // retention check, which may come before the replay reads it.
+        timestamp: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after the epoch")
+            .as_millis() as i64,
         key: None,
         value: Some(Bytes::from_static(b"odd header")),
         headers,
