@@ -130,11 +130,13 @@ if cargo tree -p worker-core --no-default-features -e normal | grep -E 'rdkafka|
   echo "worker-core without its rdkafka feature still depends on librdkafka or OpenSSL" >&2
   exit 1
 fi
-# Nor do the probes an application mounts (worker-ops).
-if cargo tree -p worker-ops -e normal | grep -E 'rdkafka|openssl-sys'; then
-  echo "worker-ops depends on librdkafka or OpenSSL" >&2
-  exit 1
-fi
+# Nor do the native client (worker-kafka) and the probes an application mounts (worker-ops).
+for crate in worker-kafka worker-ops; do
+  if cargo tree -p "$crate" -e normal | grep -E 'rdkafka|openssl-sys'; then
+    echo "$crate depends on librdkafka or OpenSSL" >&2
+    exit 1
+  fi
+done
 
 step "cargo nextest run (every test), then the doc tests"
 cargo nextest run --workspace --all-features

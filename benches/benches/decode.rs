@@ -2,7 +2,7 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
-use worker_core::kafka::bench::{decode_acquired, sample_records};
+use worker_kafka::bench::{decode_acquired, sample_records};
 
 fn decode(c: &mut Criterion) {
     let mut group = c.benchmark_group("decode_acquired");

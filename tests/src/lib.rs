@@ -347,7 +347,7 @@ pub async fn run_until_drained<S: worker_core::source::ShareSource>(
 }
 
 /// Creates `topic` (one partition) for batches written with
-/// [`produce_raw`](worker_core::kafka::test_util::produce_raw) and waits until it has a leader.
+/// [`produce_raw`](worker_kafka::test_util::produce_raw) and waits until it has a leader.
 /// Its retention is unlimited: raw batches carry fixed creation timestamps from 2023, and a log
 /// holding only those would be deleted by time-based retention in the middle of a test.
 pub async fn create_raw_batch_topic(topic: &str) -> anyhow::Result<()> {
@@ -361,10 +361,10 @@ pub async fn create_raw_batch_topic(topic: &str) -> anyhow::Result<()> {
 }
 
 /// Writes `batch` (encoded with
-/// [`encode_batch`](worker_core::kafka::test_util::encode_batch)) to partition 0 of `topic` as it
+/// [`encode_batch`](worker_kafka::test_util::encode_batch)) to partition 0 of `topic` as it
 /// is, and returns the offset the broker gave its first record.
 pub async fn produce_batch(topic: &str, batch: bytes::Bytes) -> anyhow::Result<i64> {
-    worker_core::kafka::test_util::produce_raw(&bootstrap(), topic, 0, batch)
+    worker_kafka::test_util::produce_raw(&bootstrap(), topic, 0, batch)
         .await
         .with_context(|| format!("producing a raw batch to {topic}"))
 }

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use tests::{bootstrap, produce, producer, unique, wait_for};
-use worker_core::ErrorKind;
 use worker_core::kafka::{Admin, DeliveryLimit, DeliveryLimitSource, KafkaSource};
-use worker_core::source::{AckKind, ShareSource};
+use worker_core::source::AckKind;
+use worker_kafka::ErrorKind;
 
 /// The local broker's `group.share.delivery.count.limit` (its default).
 const BROKER_LIMIT: u32 = 5;

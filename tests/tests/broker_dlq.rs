@@ -17,7 +17,7 @@ use tests::{
 use tower::service_fn;
 use worker_core::dlq::{KafkaDlqSink, headers};
 use worker_core::kafka::{Admin, BrokerDlq, DlqTopicState, KafkaSource, OffsetReset};
-use worker_core::source::{AckKind, ShareSource};
+use worker_core::source::AckKind;
 use worker_core::telemetry::names;
 use worker_core::{ErrorKind, Job, Outcome, Worker};
 

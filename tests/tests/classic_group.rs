@@ -17,7 +17,6 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use tests::{client_config, create_topic, produce, producer, unique};
 use tower::service_fn;
 use worker_core::kafka::KafkaSource;
-use worker_core::source::ShareSource;
 use worker_core::{ErrorKind, Job, Outcome, Worker};
 
 /// A member of classic consumer group `group`: subscribed to `topic`, it read one record and
@@ -80,7 +79,7 @@ async fn the_source_reports_a_classic_group_id_as_a_group_error() -> anyhow::Res
     };
     tokio::task::spawn_blocking(move || drop(member)).await?;
     let message = err.to_string();
-    assert_eq!(err.kind(), ErrorKind::Group, "{message}");
+    assert_eq!(err.kind(), worker_kafka::ErrorKind::Group, "{message}");
     assert!(message.contains(&group), "names the group: {message}");
     assert!(message.contains("consumer or classic group"), "{message}");
     Ok(())

@@ -14,7 +14,7 @@ use tests::{produce, producer, read_records, run_until_drained, unique};
 use worker_core::delay::DelayTopic;
 use worker_core::dlq::KafkaDlqSink;
 use worker_core::handler::JobDefinition;
-use worker_core::kafka::{Admin, KafkaSource};
+use worker_core::kafka::{Admin, DelayTopics, KafkaSource};
 use worker_core::produce::JobProducer;
 use worker_core::{RateLimit, Route, Worker};
 

@@ -28,7 +28,7 @@ use anyhow::{Context, Result, bail, ensure};
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use worker_core::kafka::test_util::{
+use worker_kafka::test_util::{
     DecodedPartition, DecodedRecords, RawCompression, RawRecordSpec, decode_partition, encode_batch,
 };
 
@@ -136,7 +136,7 @@ const HOSTILE_HEADERS: Shape = Shape {
     ..VALID
 };
 
-fn same_record(got: &worker_core::kafka::test_util::RecordFields, want: &RawRecordSpec) -> bool {
+fn same_record(got: &worker_kafka::test_util::RecordFields, want: &RawRecordSpec) -> bool {
     let bytes = |b: &Option<Bytes>| b.as_ref().map(|b| b.to_vec());
     bytes(&got.key) == want.key
         && bytes(&got.value) == want.value

@@ -15,7 +15,7 @@ use tests::{header, read_records, unique, wait_for};
 use tower::service_fn;
 use worker_core::delay::{DelayTopic, format_not_before, headers};
 use worker_core::dlq::{KafkaDlqSink, headers as dlq};
-use worker_core::kafka::{Admin, KafkaSource};
+use worker_core::kafka::{Admin, DelayTopics, KafkaSource};
 use worker_core::produce::JobProducer;
 use worker_core::{Job, Outcome, Worker};
 

@@ -27,10 +27,10 @@ use rdkafka::Message;
 use tests::{create_raw_batch_topic, produce, produce_batch, producer, run_until_drained, unique};
 use tower::service_fn;
 use worker_core::dlq::headers;
-use worker_core::kafka::test_util::{RawCompression, RawRecordSpec, encode_batch};
 use worker_core::kafka::{Admin, KafkaSource};
 use worker_core::source::AckKind;
 use worker_core::{Job, Outcome, Worker};
+use worker_kafka::test_util::{RawCompression, RawRecordSpec, encode_batch};
 
 /// The batch cap of the source: the bomb inflates to three times this.
 const MAX_BATCH_BYTES: usize = 1 << 20;

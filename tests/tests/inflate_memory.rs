@@ -20,7 +20,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use worker_core::kafka::Admin;
-use worker_core::kafka::test_util::{RawCompression, RawRecordSpec, encode_batch};
+use worker_kafka::test_util::{RawCompression, RawRecordSpec, encode_batch};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_inflate_worker");
 

@@ -20,7 +20,7 @@ use tokio::process::{Child, Command};
 use tower::service_fn;
 use worker_core::delay::{DelayTopic, headers, parse_not_before};
 use worker_core::dlq::KafkaDlqSink;
-use worker_core::kafka::{Admin, KafkaSource};
+use worker_core::kafka::{Admin, DelayTopics, KafkaSource};
 use worker_core::produce::{EnqueueOptions, JobProducer};
 use worker_core::{Job, Outcome, RateLimit, Route, Summary, Worker};
 

@@ -14,8 +14,7 @@ use anyhow::{Context, Result, ensure};
 use rdkafka::ClientConfig;
 use rdkafka::producer::Producer;
 use tokio::time::Instant;
-use worker_core::kafka::{Admin, KafkaSource};
-use worker_core::source::{AckError, AckKind, Delivery, ShareSource};
+use worker_kafka::{AckError, AckKind, Admin, Delivery, KafkaSource};
 
 use support::*;
 
@@ -555,7 +554,7 @@ async fn offset_reset_earliest_reads_what_came_before_the_group() -> Result<()> 
     produce(&topic, 5).await?;
     let src = KafkaSource::builder(bootstrap(), &group)
         .topic(&topic)
-        .offset_reset(worker_core::kafka::OffsetReset::Earliest)
+        .offset_reset(worker_kafka::OffsetReset::Earliest)
         .max_wait(Duration::from_millis(200))
         .build()
         .await?;

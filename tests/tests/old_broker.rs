@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use anyhow::{Context, ensure};
-use worker_core::ErrorKind;
 use worker_core::kafka::{Admin, KafkaSource};
+use worker_kafka::ErrorKind;
 
 fn old_broker() -> String {
     std::env::var("KAFKA_OLD_BROKER_BOOTSTRAP").unwrap_or_else(|_| {

@@ -10,8 +10,9 @@ use tests::{produce, producer, unique, wait_for};
 use tower::service_fn;
 use worker_core::kafka::{Admin, KafkaSource};
 use worker_core::security::{OidcClientCredentials, SaslConfig, Security, TlsConfig, TokenSource};
-use worker_core::source::{AckKind, ShareSource};
-use worker_core::{ErrorKind, Job, Outcome, Worker};
+use worker_core::source::AckKind;
+use worker_core::{Job, Outcome, Worker};
+use worker_kafka::ErrorKind;
 
 fn env(name: &str) -> anyhow::Result<String> {
     std::env::var(name).with_context(|| {
@@ -297,7 +298,7 @@ async fn a_wrong_scram_password_is_refused_with_the_brokers_words() -> anyhow::R
 
 #[tokio::test]
 async fn records_flow_over_sasl_ssl_with_an_oauthbearer_token() -> anyhow::Result<()> {
-    let token = worker_core::kafka::test_util::unsecured_jwt("worker", Duration::from_secs(600));
+    let token = worker_kafka::test_util::unsecured_jwt("worker", Duration::from_secs(600));
     let sasl = SaslConfig::oauthbearer(TokenSource::Static(token.into()));
     consume(
         &env("KAFKA_SASL_SSL_BOOTSTRAP")?,
@@ -327,7 +328,7 @@ impl TokenEndpoint {
                 async move {
                     assert!(body.contains("grant_type=client_credentials"), "{body}");
                     count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    let token = worker_core::kafka::test_util::unsecured_jwt("worker", lifetime);
+                    let token = worker_kafka::test_util::unsecured_jwt("worker", lifetime);
                     axum::Json(serde_json::json!({
                         "access_token": token,
                         "token_type": "Bearer",

@@ -23,7 +23,11 @@ pub(crate) async fn check(config: &Config) -> anyhow::Result<()> {
     let admin = Admin::connect_with(bootstrap.as_str(), &security)
         .await
         .with_context(|| format!("connecting to {bootstrap}"))?;
-    match admin.require_share_groups().await {
+    match admin
+        .require_share_groups()
+        .await
+        .map_err(worker_core::Error::from)
+    {
         Ok(()) => println!("# share groups with RENEW (ShareFetch/ShareAcknowledge v2): supported"),
         Err(err) if err.kind() == ErrorKind::Unsupported => anyhow::bail!(
             "{bootstrap} does not support share groups with RENEW (ShareFetch/ShareAcknowledge v2: Kafka 4.2+ with share groups enabled): {err}"

@@ -10,7 +10,7 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::metadata::Metadata;
 use rdkafka::producer::FutureProducer;
-use worker_core::security::{KafkaContext, Security};
+use worker_core::security::{KafkaContext, RdkafkaSecurity, Security};
 
 /// How long one metadata request may take before the broker's refusals are looked at again.
 const METADATA_SLICE: Duration = Duration::from_millis(500);

@@ -27,10 +27,5 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// How much each backoff grows over the one before (`Backoff::factor`,
 /// `retry.backoff-multiplier`).
 pub const BACKOFF_FACTOR: f32 = 2.0;
-/// The client id sent to the brokers (`KafkaSourceBuilder::client_id`, `kafka.client-id`).
-pub const CLIENT_ID: &str = "share-worker";
-/// How long an idle fetch waits at the broker (`KafkaSourceBuilder::max_wait`, `kafka.max-wait`).
-pub const MAX_WAIT: Duration = Duration::from_millis(500);
-/// How long one broker request may take (`KafkaSourceBuilder::request_timeout`,
-/// `kafka.request-timeout`).
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The native client's defaults: client id, fetch wait, request timeout.
+pub use worker_kafka::defaults::{CLIENT_ID, MAX_WAIT, REQUEST_TIMEOUT};

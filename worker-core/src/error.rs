@@ -65,6 +65,18 @@ impl Error {
     pub fn message(&self) -> &str {
         &self.message
     }
+
+    pub(crate) fn from_parts(
+        kind: ErrorKind,
+        message: String,
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Self {
+            kind,
+            message,
+            source,
+        }
+    }
 }
 
 impl fmt::Display for Error {

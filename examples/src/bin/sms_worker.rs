@@ -11,7 +11,7 @@ use examples::sms::{FakeGateway, demo_jobs, enqueue_demo, send_sms};
 use worker_core::delay::DelayTopic;
 use worker_core::dlq::KafkaDlqSink;
 use worker_core::handler::NamedJob;
-use worker_core::kafka::{KafkaSource, OffsetReset};
+use worker_core::kafka::{DelayTopics, KafkaSource, OffsetReset};
 use worker_core::produce::JobProducer;
 use worker_core::{RateLimit, Route, Worker};
 

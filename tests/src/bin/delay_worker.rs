@@ -16,7 +16,7 @@ use anyhow::{Context, bail};
 use tower::service_fn;
 use worker_core::delay::DelayTopic;
 use worker_core::dlq::KafkaDlqSink;
-use worker_core::kafka::KafkaSource;
+use worker_core::kafka::{DelayTopics, KafkaSource};
 use worker_core::policy::Backoff;
 use worker_core::produce::JobProducer;
 use worker_core::{Job, Outcome, Worker};

@@ -8,7 +8,7 @@ use std::io::Write;
 use anyhow::{Context, Result};
 use rand::Rng;
 use rand::rngs::StdRng;
-use worker_core::kafka::test_util::{RawCompression, RawRecordSpec, encode_batch};
+use worker_kafka::test_util::{RawCompression, RawRecordSpec, encode_batch};
 
 /// How a batch's records section is compressed: Kafka's codecs, snappy both as one raw block
 /// and in the xerial framing the Java producer writes (blocks of 32 KiB).

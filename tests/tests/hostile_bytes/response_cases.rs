@@ -5,7 +5,7 @@ use anyhow::{Context, Result, ensure};
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use worker_core::kafka::test_util::{Decoder, response_decoders};
+use worker_kafka::test_util::{Decoder, response_decoders};
 
 use super::bound::{bounded, expansion, response_limit};
 use super::responses::{Gen, Sampler};

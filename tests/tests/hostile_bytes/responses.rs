@@ -23,7 +23,7 @@ use uuid::Uuid;
 /// Writes one valid response body with arrays of up to `scale` elements.
 pub(crate) type Sampler = fn(&mut Gen<'_>) -> Result<Vec<u8>>;
 
-/// A sampler for every name in `worker_core::kafka::test_util::response_decoders()`.
+/// A sampler for every name in `worker_kafka::test_util::response_decoders()`.
 pub(crate) fn samplers() -> Vec<(&'static str, Sampler)> {
     vec![
         ("ShareFetch", share_fetch),

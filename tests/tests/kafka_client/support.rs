@@ -6,8 +6,7 @@ use anyhow::{Context, Result, ensure};
 use rdkafka::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio::time::Instant;
-use worker_core::kafka::{Admin, KafkaSource};
-use worker_core::source::{AckKind, Delivery, ShareSource};
+use worker_kafka::{AckKind, Admin, Delivery, KafkaSource};
 
 pub(crate) use tests::{bootstrap, unique};
 

@@ -71,11 +71,11 @@ impl ShareSource for Recorded {
     }
 
     fn close(&self) -> impl Future<Output = worker_core::Result<()>> + Send {
-        self.inner.close()
+        ShareSource::close(&self.inner)
     }
 
     fn delivery_limit(&self) -> impl Future<Output = worker_core::Result<Option<u16>>> + Send {
-        self.inner.delivery_limit()
+        ShareSource::delivery_limit(&self.inner)
     }
 }
 

@@ -59,7 +59,7 @@ use figment::providers::{Format, Toml};
 use std::convert::Infallible;
 use worker_core::delay::DelayTopic;
 use worker_core::dlq::{DlqTopic, KafkaDlqSink};
-use worker_core::kafka::KafkaSourceBuilder;
+use worker_core::kafka::{DelayTopics, KafkaSourceBuilder};
 use worker_core::policy::Backoff;
 use worker_core::produce::JobProducer;
 use worker_core::security::{
@@ -269,7 +269,7 @@ impl Config {
             value, file,
         ) {
             (Some(value), _) => Ok(value.clone()),
-            (None, Some(file)) => Secret::from_file(file),
+            (None, Some(file)) => Ok(Secret::from_file(file)?),
             (None, None) => Err(missing(key)),
         };
         let password = || secret(&sasl.password, &sasl.password_file, "kafka.sasl.password");

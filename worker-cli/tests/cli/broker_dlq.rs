@@ -16,7 +16,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 use worker_core::dlq::headers;
 use worker_core::kafka::{Admin, BrokerDlq, KafkaSource, OffsetReset};
-use worker_core::source::{AckKind, ShareSource};
+use worker_core::source::AckKind;
 
 use crate::support::*;
 

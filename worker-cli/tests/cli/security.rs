@@ -3,7 +3,7 @@
 //! SASL_SSL and mutual TLS; records from Kafka's own Java console producer; the refusals a
 //! misconfigured worker meets, each one line within seconds; and no secret in any output.
 //!
-//! The SCRAM and OAUTHBEARER tests need those mechanisms (`worker-core/src/security/sasl/`,
+//! The SCRAM and OAUTHBEARER tests need those mechanisms (`worker-kafka/src/security/sasl/`,
 //! `token.rs`); until they are built they fail at their first connection, saying so.
 
 use std::process::{Output, Stdio};
@@ -318,7 +318,7 @@ async fn run_with_mechanism(mechanism: &str, tables: &str) {
     );
     let cfg = cfg_path.to_str().expect("a UTF-8 path");
     let what = format!(
-        "over SASL_SSL with {mechanism} (needs the {mechanism} mechanism: worker-core/src/security/sasl/)"
+        "over SASL_SSL with {mechanism} (needs the {mechanism} mechanism: worker-kafka/src/security/sasl/)"
     );
     setup_produce_run_check(
         &scratch,

@@ -12,7 +12,7 @@ use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-use crate::security::{KafkaContext, Security};
+use crate::security::{KafkaContext, RdkafkaSecurity, Security};
 use crate::{Error, ErrorKind, Result};
 
 /// The librdkafka settings of every producer: `bootstrap` secured by `security`, then `options`

@@ -223,7 +223,7 @@ impl<S: ShareSource> WorkerBuilder<S> {
     /// [`crate::delay`].
     ///
     /// **The source must subscribe to the delay topics too** (e.g.
-    /// [`KafkaSourceBuilder::delay_topics`](crate::kafka::KafkaSourceBuilder::delay_topics)):
+    /// [`DelayTopics::delay_topics`](crate::kafka::DelayTopics::delay_topics)):
     /// their records run on their origin's route when they are due. Without a delay sink a wait
     /// (up to [`max_delay`](Self::max_delay)) is held in the worker while
     /// [`max_held`](Self::max_held) leaves room, and released for another worker otherwise.

@@ -1,7 +1,7 @@
 //! How the worker's connections to Kafka are secured: one [`Security`] setting, used by every
 //! Kafka connection the worker makes — the native share client (membership, sessions, fetch,
-//! acknowledge, admin) and the rdkafka producers and consumers (dead-letter sink, replay,
-//! `produce`, `setup`).
+//! acknowledge, admin; see `worker_kafka::security`, re-exported here) and the librdkafka
+//! producers and consumers ([`RdkafkaSecurity`]: dead-letter sink, replay, `produce`, `setup`).
 //!
 //! - **TLS** ([`TlsConfig`]) with rustls: a CA bundle (PEM) or the system roots, and optionally a
 //!   client certificate and key for mutual TLS. The server name checked is the broker's
@@ -12,8 +12,6 @@
 //!   lifetime (`connections.max.reauth.ms`, KIP-368) the connection re-authenticates before it runs
 //!   out, so long-lived share sessions are never dropped for it.
 //! - **Secrets** ([`Secret`]) never appear in `Debug` output or logs.
-//! - **librdkafka** clients get the same setting:
-//!   [`Security::rdkafka_client_config`] and [`Security::rdkafka_context`] ([`KafkaContext`]).
 //!
 //! ```no_run
 //! # async fn run() -> worker_core::Result<()> {
@@ -37,156 +35,7 @@
 
 #[cfg(feature = "rdkafka")]
 mod rdkafka;
-pub(crate) mod sasl;
-mod secret;
-pub(crate) mod tls;
-pub(crate) mod token;
-mod untrusted;
-
-use std::fmt;
-use std::sync::Arc;
 
 #[cfg(feature = "rdkafka")]
-pub use self::rdkafka::KafkaContext;
-pub use sasl::{SaslConfig, ScramMechanism};
-pub use secret::Secret;
-pub use tls::{TlsConfig, read_certs, read_key};
-pub use token::{OidcClientCredentials, TokenSource};
-
-/// The security protocol of a connection, as Kafka names them (in lower case, as in the TOML
-/// file's `kafka.security-protocol`).
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Protocol {
-    /// Neither TLS nor SASL (the default).
-    #[default]
-    Plaintext,
-    /// TLS, optionally with a client certificate (mutual TLS).
-    Ssl,
-    /// SASL over plain TCP.
-    SaslPlaintext,
-    /// SASL over TLS.
-    SaslSsl,
-}
-
-impl Protocol {
-    /// Whether connections use TLS (`ssl`, `sasl_ssl`).
-    pub fn uses_tls(self) -> bool {
-        matches!(self, Protocol::Ssl | Protocol::SaslSsl)
-    }
-
-    /// Whether connections authenticate with SASL (`sasl_plaintext`, `sasl_ssl`).
-    pub fn uses_sasl(self) -> bool {
-        matches!(self, Protocol::SaslPlaintext | Protocol::SaslSsl)
-    }
-
-    /// The lower-case name (`plaintext`, `ssl`, `sasl_plaintext`, `sasl_ssl`), as in the TOML
-    /// file and librdkafka's `security.protocol`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Plaintext => "plaintext",
-            Protocol::Ssl => "ssl",
-            Protocol::SaslPlaintext => "sasl_plaintext",
-            Protocol::SaslSsl => "sasl_ssl",
-        }
-    }
-}
-
-impl fmt::Display for Protocol {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// How every Kafka connection of a worker is secured. Cheap to clone. `Debug` shows no secret.
-#[derive(Clone, Debug, Default)]
-pub struct Security {
-    tls: Option<TlsConfig>,
-    sasl: Option<SaslConfig>,
-}
-
-impl Security {
-    /// Plain TCP, no authentication (the default).
-    pub fn plaintext() -> Self {
-        Self::default()
-    }
-
-    /// TLS; with a client certificate in `tls`, mutual TLS.
-    pub fn ssl(tls: TlsConfig) -> Self {
-        Self {
-            tls: Some(tls),
-            sasl: None,
-        }
-    }
-
-    /// SASL over plain TCP (credentials travel unencrypted unless the mechanism protects them:
-    /// use [`sasl_ssl`](Self::sasl_ssl) outside a trusted network).
-    pub fn sasl_plaintext(sasl: SaslConfig) -> Self {
-        Self {
-            tls: None,
-            sasl: Some(sasl),
-        }
-    }
-
-    /// SASL over TLS.
-    pub fn sasl_ssl(sasl: SaslConfig, tls: TlsConfig) -> Self {
-        Self {
-            tls: Some(tls),
-            sasl: Some(sasl),
-        }
-    }
-
-    /// The protocol this setting amounts to.
-    pub fn protocol(&self) -> Protocol {
-        match (&self.tls, &self.sasl) {
-            (None, None) => Protocol::Plaintext,
-            (Some(_), None) => Protocol::Ssl,
-            (None, Some(_)) => Protocol::SaslPlaintext,
-            (Some(_), Some(_)) => Protocol::SaslSsl,
-        }
-    }
-
-    /// The TLS settings, if connections use TLS.
-    pub fn tls(&self) -> Option<&TlsConfig> {
-        self.tls.as_ref()
-    }
-
-    /// The SASL settings, if connections authenticate with SASL.
-    pub fn sasl(&self) -> Option<&SaslConfig> {
-        self.sasl.as_ref()
-    }
-}
-
-/// A [`Security`] made ready to connect with: the TLS files read and checked once.
-#[derive(Clone, Default)]
-pub(crate) struct Prepared {
-    pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
-    pub(crate) sasl: Option<SaslConfig>,
-    pub(crate) protocol: Protocol,
-}
-
-impl Prepared {
-    /// Reads the TLS files of `security`; an error names the file and what is wrong with it.
-    pub(crate) fn new(security: &Security) -> crate::Result<Self> {
-        Ok(Self {
-            tls: security
-                .tls
-                .as_ref()
-                .map(TlsConfig::rustls_config)
-                .transpose()?,
-            sasl: security.sasl.clone(),
-            protocol: security.protocol(),
-        })
-    }
-}
-
-impl fmt::Debug for Prepared {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Prepared")
-            .field("protocol", &self.protocol)
-            .field("sasl", &self.sasl)
-            .finish_non_exhaustive()
-    }
-}
+pub use self::rdkafka::{KafkaContext, RdkafkaSecurity};
+pub use worker_kafka::security::*;

@@ -9,7 +9,7 @@
 //! ```no_run
 //! # fn run() -> worker_core::Result<()> {
 //! use rdkafka::producer::FutureProducer;
-//! use worker_core::security::{SaslConfig, Security, TlsConfig};
+//! use worker_core::security::{RdkafkaSecurity, SaslConfig, Security, TlsConfig};
 //!
 //! let security = Security::sasl_ssl(
 //!     SaslConfig::plain("worker", "secret"),
@@ -39,8 +39,7 @@ use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tokio::sync::watch;
 
-use super::Security;
-use super::token::TokenProvider;
+use super::{Security, TokenProvider};
 use crate::{Error, ErrorKind, Result};
 
 /// How long a refusal counts as the current state of the connection: librdkafka reports an
@@ -56,7 +55,8 @@ const UNKNOWN_EXPIRY_LIFETIME: Duration = Duration::from_secs(10 * 60);
 /// the broker refusing us, and it may pass (a token endpoint down for a moment).
 const TOKEN_FAILURE: &str = "Failed to acquire SASL OAUTHBEARER token";
 
-impl Security {
+/// A [`Security`] as librdkafka's clients take it.
+pub trait RdkafkaSecurity {
     /// A librdkafka configuration for the brokers at `bootstrap` (comma-separated `host:port`),
     /// secured by this setting: `security.protocol`; for TLS `ssl.ca.location` (the CA file, or
     /// `probe` for the system roots), `ssl.endpoint.identification.algorithm=https` and, for mutual
@@ -66,7 +66,16 @@ impl Security {
     ///
     /// `ClientConfig`'s `Debug` leaves the password out. Fails only for a file path that is not
     /// UTF-8 (librdkafka takes paths as text).
-    pub fn rdkafka_client_config(&self, bootstrap: &str) -> Result<ClientConfig> {
+    fn rdkafka_client_config(&self, bootstrap: &str) -> Result<ClientConfig>;
+
+    /// A new context for one librdkafka client of this setting (producer or consumer): it serves
+    /// OAUTHBEARER tokens from the setting's token source and keeps what the broker says when it
+    /// refuses the client. Each client gets its own context; keep a clone to ask it.
+    fn rdkafka_context(&self) -> KafkaContext;
+}
+
+impl RdkafkaSecurity for Security {
+    fn rdkafka_client_config(&self, bootstrap: &str) -> Result<ClientConfig> {
         let mut config = ClientConfig::new();
         config
             .set("bootstrap.servers", bootstrap)
@@ -96,10 +105,7 @@ impl Security {
         Ok(config)
     }
 
-    /// A new context for one librdkafka client of this setting (producer or consumer): it serves
-    /// OAUTHBEARER tokens from the setting's token source and keeps what the broker says when it
-    /// refuses the client. Each client gets its own context; keep a clone to ask it.
-    pub fn rdkafka_context(&self) -> KafkaContext {
+    fn rdkafka_context(&self) -> KafkaContext {
         KafkaContext {
             shared: Arc::new(Shared {
                 tokens: self.sasl().and_then(|s| s.token_provider().cloned()),
@@ -119,7 +125,7 @@ fn utf8<'a>(path: &'a Path, key: &str) -> Result<&'a str> {
     })
 }
 
-/// The context of a librdkafka client made by [`Security::rdkafka_context`]: OAUTHBEARER tokens
+/// The context of a librdkafka client made by [`RdkafkaSecurity::rdkafka_context`]: OAUTHBEARER tokens
 /// from the setting's token source, and the broker's refusals (a SASL authentication that failed,
 /// a TLS handshake that failed) kept for the code waiting on the client. Cheap to clone; clones
 /// share the state.
