@@ -138,6 +138,10 @@ for crate in worker-kafka worker-ops; do
   fi
 done
 
+# Every intra-doc link resolves (the crates' docs as docs.rs builds them: every feature on).
+step "cargo doc (broken links are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet
+
 step "cargo nextest run (every test), then the doc tests"
 cargo nextest run --workspace --all-features
 cargo test --workspace --all-features --doc

@@ -336,10 +336,31 @@ pub async fn run_until_drained<S: worker_core::source::ShareSource>(
     topic: &str,
     limit: Duration,
 ) -> anyhow::Result<worker_core::Summary> {
+    run_until_all_drained(worker, admin, group, &[topic], limit).await
+}
+
+/// Runs `worker` until the share group's lag on every one of `topics` is 0, read in their order
+/// in one check (at most `limit`), then shuts it down gracefully and returns what it did.
+///
+/// A worker that moves records to a delay topic writes the copy before it settles the original:
+/// with the route's topic first and its delay topic after it, a record is always counted by one
+/// of them until it is done.
+pub async fn run_until_all_drained<S: worker_core::source::ShareSource>(
+    worker: worker_core::Worker<S>,
+    admin: &worker_core::kafka::Admin,
+    group: &str,
+    topics: &[&str],
+    limit: Duration,
+) -> anyhow::Result<worker_core::Summary> {
     let shutdown = worker.shutdown_handle();
     let running = tokio::spawn(worker.run());
     wait_for("the lag to reach 0", limit, async || {
-        Ok(admin.share_group_lag(group, topic).await? == 0)
+        for topic in topics {
+            if admin.share_group_lag(group, topic).await? != 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     })
     .await?;
     shutdown.shutdown();

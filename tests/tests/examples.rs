@@ -10,7 +10,7 @@ use examples::sms::{DemoJob, FakeGateway, demo_jobs, enqueue_demo, is_valid_numb
 use examples::webhook::{Event, FakeEndpoints, service};
 use rdkafka::Message;
 use rdkafka::message::Headers;
-use tests::{produce, producer, read_records, run_until_drained, unique};
+use tests::{produce, producer, read_records, run_until_all_drained, run_until_drained, unique};
 use worker_core::delay::DelayTopic;
 use worker_core::dlq::KafkaDlqSink;
 use worker_core::handler::JobDefinition;
@@ -66,7 +66,8 @@ async fn the_sms_worker_sends_every_valid_message_and_dead_letters_the_rest() ->
     // most one message per second per number.
     let jobs = demo_jobs(JOBS);
     let (admin, topic, group) = prepared("sms", &[]).await?;
-    admin.create_topic(&format!("{topic}.delay"), 1, 1).await?;
+    let delay_topic = format!("{topic}.delay");
+    admin.create_topic(&delay_topic, 1, 1).await?;
     let producer = JobProducer::builder(tests::bootstrap()).build()?;
     enqueue_demo(&producer, &topic, &jobs).await?;
     let gateway = FakeGateway::new(Duration::from_millis(20), Duration::from_millis(300));
@@ -89,8 +90,15 @@ async fn the_sms_worker_sends_every_valid_message_and_dead_letters_the_rest() ->
     .delay(producer)
     .dlq(dlq)
     .build()?;
-    let summary =
-        run_until_drained(worker, &admin, &group, &topic, Duration::from_secs(120)).await?;
+    // Retries beyond the worker's hold room go through the delay topic: both must drain.
+    let summary = run_until_all_drained(
+        worker,
+        &admin,
+        &group,
+        &[&topic, &delay_topic],
+        Duration::from_secs(120),
+    )
+    .await?;
 
     let valid: HashSet<String> = jobs
         .iter()

@@ -13,7 +13,8 @@
 //! - [`telemetry`]: a span per record continuing its `traceparent`, OpenTelemetry metrics, and the
 //!   share group's lag.
 //! - [`testing::MemoryBroker`] is a share-group broker in memory, for tests without Kafka, and
-//!   [`testing::MemoryDlq`] a dead-letter sink in memory.
+//!   [`testing::MemoryDlq`] a dead-letter sink in memory (feature `testing`: a dev-dependency
+//!   with it is what your tests need).
 //!
 //! ```
 //! use std::convert::Infallible;
@@ -72,6 +73,7 @@ pub mod runtime;
 pub mod security;
 pub mod source;
 pub mod telemetry;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use error::{Error, ErrorKind, Result};
