@@ -1,5 +1,7 @@
 //! `share-worker`: a Kafka share-group worker configured by a TOML file, as a library the
-//! binary (`src/main.rs`) calls: [`main`] runs the command line, [`config`] is the TOML model.
+//! binary (`src/main.rs`) calls: [`main`] runs the command line, [`config`] is the TOML model,
+//! and [`dashboard`] mounts the operator's dashboard (with dead-letter replay) in an axum
+//! application of your own.
 //!
 //! `run` processes records with http, exec or noop handlers; `setup` creates topics and sets the
 //! group's configs; `check` validates a file against the cluster; `status` describes the group and
@@ -29,6 +31,13 @@ mod telemetry;
 mod tls;
 mod topics;
 mod ui;
+
+pub use ui::dashboard;
+
+/// docs/dashboard.md's example, compiled as a doc test so that it cannot drift.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/dashboard.md")]
+struct DashboardGuide;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

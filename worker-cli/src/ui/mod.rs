@@ -1,5 +1,6 @@
-//! The operator's dashboard: `share-worker ui --config FILE`, and the same pages under `/ui` of
-//! a running worker's telemetry listener (`telemetry.ui = true`).
+//! The operator's dashboard: `share-worker ui --config FILE`, the same pages under `/ui` of a
+//! running worker's telemetry listener (`telemetry.ui = true`), and [`dashboard`] to mount them in
+//! an axum application of your own.
 //!
 //! Server-rendered HTML ([`pages`], maud, escaped by default) with one small script of our own
 //! (`assets/app.js`: it re-fetches the parts marked `data-refresh`), inline SVG charts drawn on
@@ -37,9 +38,9 @@ use std::time::Duration;
 use crate::config::Config;
 use anyhow::Context;
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{ConnectInfo, DefaultBodyLimit};
 use axum::http::StatusCode;
-use axum::middleware;
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
@@ -49,7 +50,7 @@ use tower_http::timeout::TimeoutLayer;
 use worker_core::kafka::Admin;
 use worker_core::security::Security;
 
-use crate::telemetry::{REQUEST_TIMEOUT, Serving, serve};
+use crate::telemetry::{Peer, REQUEST_TIMEOUT, Serving, serve};
 use dlq_index::DlqIndex;
 use guard::{Guard, Refusal};
 use jobs::Jobs;
@@ -67,6 +68,39 @@ use throttle::Throttle;
 const MAX_BODY: usize = 64 * 1024;
 /// Page and letter reads at once (each opens a Kafka connection).
 const READS: usize = 2;
+
+/// The dashboard of the share group `config` describes — overview, dead letters, replay and skip,
+/// with its `[ui]` access settings (token, `allow-actions`, `sample-every`) — as an axum
+/// [`Router`] of routes under `/ui`, to merge into an application of your own.
+///
+/// `listen` is the address browsers reach it on (off loopback a token is required) and `https`
+/// whether they use HTTPS (the session cookie is then `Secure`): TLS, the `Host` allow-list and
+/// connection limits are the serving application's. Serve it with
+/// `into_make_service_with_connect_info::<SocketAddr>()` so that failed sign-ins are throttled per
+/// client address. It starts sampling the group and indexing its dead-letter topics at once (call
+/// within a Tokio runtime); they stop when the last clone of the router is dropped.
+///
+/// `docs/dashboard.md` has the whole example (compiled as a doc test).
+pub async fn dashboard(config: Config, listen: SocketAddr, https: bool) -> anyhow::Result<Router> {
+    let topics = dlq_topics(&config, &config.security()?).await;
+    let dashboard = Dashboard::start(Arc::new(config), None, listen, https, topics)?;
+    Ok(router(dashboard).layer(middleware::from_fn(peer_from_connect_info)))
+}
+
+/// The client's address for the sign-in throttle when the application's server, not ours, accepted
+/// the connection: axum's `ConnectInfo`, where our listener sets [`Peer`] itself.
+async fn peer_from_connect_info(mut request: axum::extract::Request, next: Next) -> Response {
+    let connect = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|info| info.0);
+    if request.extensions().get::<Peer>().is_none()
+        && let Some(address) = connect
+    {
+        request.extensions_mut().insert(Peer(address));
+    }
+    next.run(request).await
+}
 
 /// `share-worker ui`: serves the dashboard on `ui.listen` until ctrl-c / SIGTERM.
 pub(crate) async fn serve_standalone(config: Config) -> anyhow::Result<()> {

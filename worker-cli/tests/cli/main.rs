@@ -10,6 +10,7 @@ mod check;
 mod handlers;
 mod https;
 mod jobs;
+mod mounted;
 mod replay;
 mod run;
 mod security;
