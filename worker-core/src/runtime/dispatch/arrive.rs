@@ -51,7 +51,10 @@ where
     /// may be one): the request leaves room for those, so that a broker slow to answer never makes
     /// a batch overflow the slots (its excess would be released unhandled, a delivery spent).
     pub(super) fn start_fetch(&mut self, now: Instant) -> bool {
-        if self.stopping.is_some() || self.fetching.future.is_some() || self.dlq_failing() {
+        if self.paths.stopping.is_some()
+            || self.fetching.future.is_some()
+            || self.paths.dlq_failing()
+        {
             return false;
         }
         if let Some(at) = self.fetching.not_before {
@@ -65,13 +68,13 @@ where
         let unfinished = self
             .slots
             .held()
-            .saturating_sub(self.acking.len())
-            .saturating_sub(self.delayed);
+            .saturating_sub(self.tasks.acking.len())
+            .saturating_sub(self.waits.delayed);
         // The slots kept for records that will wait for their not-before are not for the rest.
         let free = self
             .slots
             .free()
-            .saturating_sub(self.config.max_held().saturating_sub(self.delayed));
+            .saturating_sub(self.config.max_held().saturating_sub(self.waits.delayed));
         let room_within = |limit: usize| {
             limit
                 .saturating_sub(unfinished)
@@ -173,7 +176,7 @@ where
         let route = lookup.map(|lookup| lookup.route);
         let from_delay = lookup.is_some_and(|lookup| lookup.from_delay);
         if !delivery.lock_duration.is_zero() {
-            self.shortest_lock = self.shortest_lock.min(delivery.lock_duration);
+            self.pace.shortest_lock = self.pace.shortest_lock.min(delivery.lock_duration);
         }
         let renew_every = self.config.renew_every(delivery.lock_duration);
         let next_renewal = renew_every.map(|every| delivery.acquired_at + every);
@@ -181,11 +184,15 @@ where
             .filter(|_| from_delay)
             .and_then(|route| self.routes.topic(route))
             .map(|topic| (&id, &**topic));
-        let waits = Waits::read(&delivery.headers, delay_of, self.policy.delivery_limit());
+        let waits = Waits::read(
+            &delivery.headers,
+            delay_of,
+            self.paths.policy.delivery_limit(),
+        );
         let attempt = waits.prior.saturating_add(delivery.delivery_count);
         let wait = waits
             .not_before
-            .and_then(|at| at.duration_since(self.wall_clock(now)).ok())
+            .and_then(|at| at.duration_since(self.waits.wall_clock(now)).ok())
             .filter(|wait| !wait.is_zero());
         let undecodable = delivery
             .undecodable
@@ -202,18 +209,18 @@ where
                 not_before_text: waits.not_before_text.as_deref(),
                 from_delay,
             },
-            rules!(self, now),
+            self.paths.rules(self.config, now),
         );
         // Kept for the dead-letter sink and for moves to the delay topic: a handler consumes its
         // job. Reference counts only, plus the header list when the record has headers.
-        let letter =
-            (self.dead_letters.is_some() || self.moves.is_some()).then(|| delivery.clone());
-        let keyed = route.is_some_and(|route| self.limits.keyed(route));
+        let letter = (self.paths.dead_letters.is_some() || self.paths.moves.is_some())
+            .then(|| delivery.clone());
+        let keyed = route.is_some_and(|route| self.waits.limits.keyed(route));
         let key = delivery
             .key
             .as_deref()
             .filter(|_| keyed)
-            .map(|key| self.keys.hash(key));
+            .map(|key| self.waits.keys.hash(key));
         let job = InFlight {
             id,
             life,
@@ -254,7 +261,7 @@ where
             && let (Some(at), Some(job)) = (next_renewal, self.slots.get_mut(key))
         {
             job.next_renewal = Some(at);
-            self.renewals.schedule(key, at);
+            self.tasks.renewals.schedule(key, at);
         }
         self.perform(key, Phase::Admitting, step, Some(delivery), now);
     }

@@ -12,24 +12,12 @@
 //! - `renew.rs`: renewals and the watchdog over the loop's own lateness.
 //! - `wait.rs`: the admission check (rate limits, keys), waits and moves to the delay topic.
 //! - `stop.rs`: shutdown and the grace period.
-
-/// The world the lifecycle's rules look at now. A macro rather than a method so that it borrows
-/// only the fields it reads, leaving the slot table free to change.
-macro_rules! rules {
-    ($dispatcher:expr, $now:expr) => {
-        $crate::runtime::lifecycle::Rules {
-            policy: &$dispatcher.policy,
-            now: $now,
-            stopping: $dispatcher.stopping.is_some(),
-            sink: $dispatcher.dead_letters.is_some(),
-            can_hold: $dispatcher.holds.has_room(),
-            can_hold_far: $dispatcher.holds.has_room_for_far(),
-            delay_sink: $dispatcher.moves.is_some(),
-            max_hold: $dispatcher.config.max_hold,
-            max_delay: $dispatcher.config.max_delay,
-        }
-    };
-}
+//!
+//! The loop's state is in parts that each own what they change: the slot table (every unfinished
+//! record), `Paths` (what the lifecycle's rules read — policy, holds, the dead-letter and delay
+//! writers, shutdown — borrowed apart from the slots while a record steps), `Waits` (rate limits,
+//! busy keys, not-before times, the delay topics' pauses), `Tasks` (handler tasks, answers and
+//! renewals in flight), `Fetching` and `Pace` (the timer and the watchdog).
 
 mod ahead;
 mod arrive;
@@ -56,6 +44,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tower::Service;
 
 use crate::policy::Policy;
+use crate::runtime::lifecycle::Rules;
 use crate::source::{Delivery, ShareSource};
 use crate::telemetry::metrics::Metrics;
 use crate::{Error, ErrorKind, Job, Outcome, Result};
@@ -118,7 +107,8 @@ struct Fetching<'a> {
     ahead: ahead::Ahead,
 }
 
-/// The loop's state. Generic over the service so a route's service is called without a clone.
+/// The loop's state, in parts that each own what they change. Generic over the service so a
+/// route's service is called without a clone.
 pub(crate) struct Dispatcher<'a, S, Svc>
 where
     Svc: Service<Job>,
@@ -128,16 +118,70 @@ where
     routes: Routes<Svc>,
     /// How many unfinished records one route may hold (see [`Routes::share`]).
     route_share: usize,
+    /// Every unfinished record and its lifecycle.
     slots: Slots,
+    /// What the lifecycle's rules look at, and where a record goes other than its handler.
+    paths: Paths,
+    /// Records waiting for their turn: rate limits, busy keys, not-before times.
+    waits: Waits,
+    /// Handler tasks, and the answers and renewals in flight.
+    tasks: Tasks,
+    fetching: Fetching<'a>,
+    /// The loop's own clock and its watchdog.
+    pace: Pace,
+    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// The error the run ends with, if any.
+    fatal: Option<Error>,
+    /// Reads the group's delivery-count limit again now and then.
+    limit: LimitWatch<'a>,
+    /// The share group, for the record spans.
+    group: Option<Arc<str>>,
+    observer: Observer,
+    health: WorkerHealth,
+}
+
+/// What the lifecycle's rules look at ([`Paths::rules`]), and the places a record goes other
+/// than its handler.
+struct Paths {
     policy: Policy,
-    /// When each record's lock is renewed next.
-    renewals: Deadlines,
-    /// Retries waiting out their backoff.
+    /// Retries waiting out their backoff, and records waiting for their not-before.
     holds: Holds,
     /// Dead-letter writes; `None` without a sink.
     dead_letters: Option<DeadLetters>,
     /// Moves to the delay topics; `None` without a delay sink.
     moves: Option<Moves>,
+    /// Shutdown progress, once it began.
+    stopping: Option<Stopping>,
+}
+
+impl Paths {
+    /// Whether the dead-letter sink is failing (fetching pauses meanwhile).
+    fn dlq_failing(&self) -> bool {
+        self.dead_letters
+            .as_ref()
+            .is_some_and(DeadLetters::is_failing)
+    }
+
+    /// The world the lifecycle's rules look at now. Borrows only this part, so the slot table
+    /// stays free to change while a record steps.
+    fn rules(&self, config: &Settings, now: Instant) -> Rules<'_, Instant> {
+        Rules {
+            policy: &self.policy,
+            now,
+            stopping: self.stopping.is_some(),
+            sink: self.dead_letters.is_some(),
+            can_hold: self.holds.has_room(),
+            can_hold_far: self.holds.has_room_for_far(),
+            delay_sink: self.moves.is_some(),
+            max_hold: config.max_hold,
+            max_delay: config.max_delay,
+        }
+    }
+}
+
+/// Records admitted but not started: over a rate limit, behind a busy key, before their
+/// not-before; and the delay topics' pauses and write-backs.
+struct Waits {
     /// Records over a rate limit, by when they are checked again.
     throttled: Deadlines,
     /// The rate limiters and how many records wait for each.
@@ -157,14 +201,30 @@ where
     /// The wall clock when the loop started, and the loop's clock then: not-before times are
     /// counted on the loop's (monotonic) clock from there.
     wall: (std::time::SystemTime, Instant),
-    /// Handler tasks.
+}
+
+impl Waits {
+    /// The wall-clock time at `now`: the system clock as the loop started, plus the loop's
+    /// monotonic time since. A clock step while the worker runs moves no record's turn (and a
+    /// paused tokio clock in tests moves not-before times with it).
+    fn wall_clock(&self, now: Instant) -> std::time::SystemTime {
+        let (wall, at) = self.wall;
+        wall + now.saturating_duration_since(at)
+    }
+}
+
+/// Handler tasks, acknowledgements and renewals in flight, and when each lock is renewed next.
+struct Tasks {
     running: JoinSet<(SlotKey, Finished, Duration)>,
     acking: FuturesUnordered<SlotReceipt>,
     renewing: FuturesUnordered<SlotReceipt>,
-    fetching: Fetching<'a>,
-    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
-    stopping: Option<Stopping>,
-    /// The loop's one timer, set to the next thing due.
+    /// When each record's lock is renewed next.
+    renewals: Deadlines,
+}
+
+/// The loop's one timer and its watchdog.
+struct Pace {
+    /// Set to the next thing due.
     timer: Pin<Box<Sleep>>,
     /// The loop wakes by then even when nothing else is due, so its silence means a stall.
     next_tick: Instant,
@@ -172,16 +232,8 @@ where
     last_pass: Instant,
     /// The shortest lock a record arrived with: how late the loop may run before it is a stall.
     shortest_lock: Duration,
-    /// The error the run ends with, if any.
-    fatal: Option<Error>,
     /// Scratch space for due entries.
     due: Vec<(Instant, SlotKey)>,
-    /// Reads the group's delivery-count limit again now and then.
-    limit: LimitWatch<'a>,
-    /// The share group, for the record spans.
-    group: Option<Arc<str>>,
-    observer: Observer,
-    health: WorkerHealth,
 }
 
 impl<'a, S, Svc> Dispatcher<'a, S, Svc>
@@ -231,23 +283,30 @@ where
                     .saturating_mul(3)
                     .saturating_add(config.max_held()),
             ),
-            policy: delivery_limit::policy_for(&config.policy, delivery_limit),
-            renewals: Deadlines::default(),
-            holds: Holds::new(config.max_held()),
-            dead_letters,
-            moves,
-            throttled: Deadlines::default(),
-            limits,
-            keys: Keys::default(),
-            delayed: 0,
-            latency: vec![Duration::ZERO; route_count],
-            holds_full: false,
-            delay_paused: vec![false; route_count],
-            write_backs: write_backs::WriteBacks::new(route_count),
-            wall: (std::time::SystemTime::now(), Instant::now()),
-            running: JoinSet::new(),
-            acking: FuturesUnordered::new(),
-            renewing: FuturesUnordered::new(),
+            paths: Paths {
+                policy: delivery_limit::policy_for(&config.policy, delivery_limit),
+                holds: Holds::new(config.max_held()),
+                dead_letters,
+                moves,
+                stopping: None,
+            },
+            waits: Waits {
+                throttled: Deadlines::default(),
+                limits,
+                keys: Keys::default(),
+                delayed: 0,
+                latency: vec![Duration::ZERO; route_count],
+                holds_full: false,
+                delay_paused: vec![false; route_count],
+                write_backs: write_backs::WriteBacks::new(route_count),
+                wall: (std::time::SystemTime::now(), Instant::now()),
+            },
+            tasks: Tasks {
+                running: JoinSet::new(),
+                acking: FuturesUnordered::new(),
+                renewing: FuturesUnordered::new(),
+                renewals: Deadlines::default(),
+            },
             fetching: Fetching {
                 future: None,
                 started: Instant::now(),
@@ -259,14 +318,15 @@ where
                 coalesce_until: None,
                 ahead: ahead::Ahead::new(ahead_most),
             },
+            pace: Pace {
+                timer: Box::pin(sleep_until(Instant::now())),
+                next_tick: Instant::now() + TICK,
+                last_pass: Instant::now(),
+                shortest_lock: Duration::from_secs(30),
+                due: Vec::new(),
+            },
             shutdown: Box::pin(shutdown.cancelled_owned()),
-            stopping: None,
-            timer: Box::pin(sleep_until(Instant::now())),
-            next_tick: Instant::now() + TICK,
-            last_pass: Instant::now(),
-            shortest_lock: Duration::from_secs(30),
             fatal: None,
-            due: Vec::new(),
             limit: LimitWatch::new(delivery_limit, config.limit_refresh),
             group: source.group().map(Arc::from),
             observer: Observer::new(metrics, config.broker_writes_letters),
@@ -283,10 +343,10 @@ where
             let poll = self.poll_run(cx);
             // Holds keep retries and delayed records; the held gauge counts the retries.
             let in_flight = self.slots.held();
-            let held = self.holds.len().saturating_sub(self.delayed);
+            let held = self.paths.holds.len().saturating_sub(self.waits.delayed);
             self.observer
                 .metrics
-                .occupancy(in_flight, held, self.delayed);
+                .occupancy(in_flight, held, self.waits.delayed);
             let summary = &self.observer.summary;
             self.health.publish(false, || WorkerProgress {
                 summary: *summary,
@@ -296,7 +356,7 @@ where
             poll
         })
         .await;
-        self.running.abort_all();
+        self.tasks.running.abort_all();
         self.health.set_running(false);
         self.observer.metrics.occupancy(0, 0, 0);
         let summary = self.observer.summary;
@@ -316,7 +376,7 @@ where
             let mut progress = self.join_finished(cx, now);
             progress |= self.renew_due(now);
 
-            if self.stopping.is_none() && self.shutdown.as_mut().poll(cx).is_ready() {
+            if self.paths.stopping.is_none() && self.shutdown.as_mut().poll(cx).is_ready() {
                 self.begin_shutdown(now);
                 progress = true;
             }
@@ -329,17 +389,17 @@ where
                 }
             }
             // Records fetched ahead wait in their queues while every handler runs.
-            while self.running.len() < self.config.concurrency
+            while self.tasks.running.len() < self.config.concurrency
                 && let Poll::Ready((_, key, delivery)) = self.routes.poll_next_ready(cx)
             {
                 self.dispatch(key, delivery, now);
                 progress = true;
             }
-            while let Poll::Ready(Some((key, result))) = self.acking.poll_next_unpin(cx) {
+            while let Poll::Ready(Some((key, result))) = self.tasks.acking.poll_next_unpin(cx) {
                 self.on_acked(key, result, now);
                 progress = true;
             }
-            while let Poll::Ready(Some((key, result))) = self.renewing.poll_next_unpin(cx) {
+            while let Poll::Ready(Some((key, result))) = self.tasks.renewing.poll_next_unpin(cx) {
                 self.on_renewed(key, result, now);
                 progress = true;
             }
@@ -348,10 +408,12 @@ where
             progress |= self.release_held(now);
             progress |= self.release_throttled(now);
             progress |= self
+                .paths
                 .dead_letters
                 .as_mut()
                 .is_some_and(|writer| writer.retry_due(now));
             progress |= self
+                .paths
                 .moves
                 .as_mut()
                 .is_some_and(|writer| writer.retry_due(now));
@@ -359,7 +421,7 @@ where
             progress |= self.end_write_back_rests(now);
             progress |= self.expire_grace(now);
             if let Poll::Ready(changed) = self.limit.poll_changed(self.source, cx, now) {
-                self.policy = delivery_limit::policy_for(&self.config.policy, changed);
+                self.paths.policy = delivery_limit::policy_for(&self.config.policy, changed);
                 progress = true;
             }
             progress |= self.start_fetch(now);
@@ -368,14 +430,14 @@ where
                 return Poll::Ready(());
             }
             if !progress {
-                if self.next_tick <= now {
-                    self.next_tick = now + TICK;
+                if self.pace.next_tick <= now {
+                    self.pace.next_tick = now + TICK;
                 }
                 let at = self.next_wake();
-                if self.timer.deadline() != at {
-                    self.timer.as_mut().reset(at);
+                if self.pace.timer.deadline() != at {
+                    self.pace.timer.as_mut().reset(at);
                 }
-                if self.timer.as_mut().poll(cx).is_pending() {
+                if self.pace.timer.as_mut().poll(cx).is_pending() {
                     return Poll::Pending;
                 }
             }
@@ -387,7 +449,7 @@ where
     /// Steps every record whose handler task ended.
     fn join_finished(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
         let mut progress = false;
-        while let Poll::Ready(Some(joined)) = self.running.poll_join_next(cx) {
+        while let Poll::Ready(Some(joined)) = self.tasks.running.poll_join_next(cx) {
             match joined {
                 Ok((key, finished, took)) => self.on_finished(key, finished, took, now),
                 // Aborted when the grace period ended: those records were released then.
@@ -401,21 +463,6 @@ where
         progress
     }
 
-    /// The wall-clock time at `now`: the system clock as the loop started, plus the loop's
-    /// monotonic time since. A clock step while the worker runs moves no record's turn (and a
-    /// paused tokio clock in tests moves not-before times with it).
-    fn wall_clock(&self, now: Instant) -> std::time::SystemTime {
-        let (wall, at) = self.wall;
-        wall + now.saturating_duration_since(at)
-    }
-
-    /// Whether the dead-letter sink is failing (fetching pauses meanwhile).
-    fn dlq_failing(&self) -> bool {
-        self.dead_letters
-            .as_ref()
-            .is_some_and(DeadLetters::is_failing)
-    }
-
     /// The earliest time something is due: the tick, a renewal, a hold, a dead-letter retry, the
     /// end of a fetch pause, the grace period, a read of the delivery limit, the end of a
     /// delay topic's rest.
@@ -423,34 +470,39 @@ where
         // The end of a fetch pause matters only if a fetch could start then: not while stopping,
         // fetching or paused for a failing dead-letter sink (its recovery wakes the loop itself).
         // Waking for a past pause that cannot end would spin.
-        let may_fetch =
-            self.stopping.is_none() && self.fetching.future.is_none() && !self.dlq_failing();
+        let may_fetch = self.paths.stopping.is_none()
+            && self.fetching.future.is_none()
+            && !self.paths.dlq_failing();
         let fetch_pause = self.fetching.not_before.filter(|_| may_fetch);
         let coalescing = self.fetching.coalesce_until.filter(|_| may_fetch);
-        let grace = self.stopping.as_ref().map(|s| {
+        let grace = self.paths.stopping.as_ref().map(|s| {
             if s.grace_expired {
                 s.grace_deadline + FLUSH_TIMEOUT
             } else {
                 s.grace_deadline
             }
         });
-        let dlq_retry = self.dead_letters.as_ref().and_then(DeadLetters::next_retry);
-        let move_retry = self.moves.as_ref().and_then(Moves::next_retry);
+        let dlq_retry = self
+            .paths
+            .dead_letters
+            .as_ref()
+            .and_then(DeadLetters::next_retry);
+        let move_retry = self.paths.moves.as_ref().and_then(Moves::next_retry);
         [
-            self.renewals.next_due(),
-            self.holds.next_due(),
-            self.throttled.next_due(),
+            self.tasks.renewals.next_due(),
+            self.paths.holds.next_due(),
+            self.waits.throttled.next_due(),
             dlq_retry,
             move_retry,
             fetch_pause,
             coalescing,
             grace,
             self.limit.next_due(),
-            self.write_backs.next_end(),
+            self.waits.write_backs.next_end(),
         ]
         .into_iter()
         .flatten()
-        .fold(self.next_tick, Instant::min)
+        .fold(self.pace.next_tick, Instant::min)
     }
 }
 
@@ -475,15 +527,15 @@ impl<S, Svc: Service<Job>> std::fmt::Debug for Dispatcher<'_, S, Svc> {
         f.debug_struct("Dispatcher")
             .field("held", &self.slots.held())
             .field("queued", &self.routes.queued())
-            .field("running", &self.running.len())
-            .field("renewals", &self.renewals.len())
-            .field("holds", &self.holds.len())
-            .field("throttled", &self.throttled.len())
-            .field("delayed", &self.delayed)
-            .field("moves", &self.moves.as_ref().map_or(0, Moves::len))
+            .field("running", &self.tasks.running.len())
+            .field("renewals", &self.tasks.renewals.len())
+            .field("holds", &self.paths.holds.len())
+            .field("throttled", &self.waits.throttled.len())
+            .field("delayed", &self.waits.delayed)
+            .field("moves", &self.paths.moves.as_ref().map_or(0, Moves::len))
             .field(
                 "dead_letters",
-                &self.dead_letters.as_ref().map_or(0, DeadLetters::len),
+                &self.paths.dead_letters.as_ref().map_or(0, DeadLetters::len),
             )
             .field("fetching", &self.fetching.future.is_some())
             .finish_non_exhaustive()

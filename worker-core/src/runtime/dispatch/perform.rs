@@ -44,7 +44,7 @@ where
         delivery: Option<Delivery>,
         now: Instant,
     ) {
-        let rules = rules!(self, now);
+        let rules = self.paths.rules(self.config, now);
         let Some(job) = self.slots.get_mut(key) else {
             return;
         };
@@ -89,15 +89,15 @@ where
                     );
                 }
                 Effect::Wait => match self.slots.get(key).map(|job| job.life.phase) {
-                    Some(Phase::Delayed { until }) => self.holds.hold(key, until),
-                    Some(Phase::Throttled { until }) => self.throttled.schedule(key, until),
+                    Some(Phase::Delayed { until }) => self.paths.holds.hold(key, until),
+                    Some(Phase::Throttled { until }) => self.waits.throttled.schedule(key, until),
                     _ => {}
                 },
                 Effect::WaitForKey => {
                     if let Some((Some(route), Some(hash))) =
                         self.slots.get(key).map(|job| (job.route, job.key))
                     {
-                        self.keys.wait(route, hash, key);
+                        self.waits.keys.wait(route, hash, key);
                     }
                 }
                 Effect::Move {
@@ -125,11 +125,11 @@ where
                     };
                     job.letter = None;
                     let receipt = self.source.acknowledge(&job.id, kind);
-                    self.acking.push(SlotReceipt::new(key, receipt));
+                    self.tasks.acking.push(SlotReceipt::new(key, receipt));
                 }
                 Effect::Hold => {
                     if let Some(Phase::Held { until }) = self.slots.get(key).map(|j| j.life.phase) {
-                        self.holds.hold(key, until);
+                        self.paths.holds.hold(key, until);
                     }
                 }
                 Effect::WriteDeadLetter { reason, error } => {
@@ -165,9 +165,9 @@ where
         let changed = after.map(|(phase, _)| phase) != Some(before);
         match before {
             Phase::Held { until } | Phase::Delayed { until } if changed => {
-                self.holds.cancel(key, until);
+                self.paths.holds.cancel(key, until);
             }
-            Phase::Throttled { until } if changed => self.throttled.cancel(key, until),
+            Phase::Throttled { until } if changed => self.waits.throttled.cancel(key, until),
             _ => {}
         }
         if let Some((_, false)) = after {
@@ -225,7 +225,8 @@ where
                     .routes
                     .timeout(route)
                     .unwrap_or(self.config.job_timeout);
-                self.running
+                self.tasks
+                    .running
                     .spawn(handler_task(key, future, timeout, span.clone()));
             }
             Err(panic) => {
@@ -237,7 +238,7 @@ where
 
     /// A record whose service is ready left its queue.
     pub(super) fn dispatch(&mut self, key: SlotKey, delivery: Delivery, now: Instant) {
-        let rules = rules!(self, now);
+        let rules = self.paths.rules(self.config, now);
         let Some(job) = self.slots.get_mut(key) else {
             return;
         };
@@ -258,7 +259,10 @@ where
         let Some(job) = self.slots.get(key) else {
             return;
         };
-        if let Some(latency) = job.route.and_then(|route| self.latency.get_mut(route)) {
+        if let Some(latency) = job
+            .route
+            .and_then(|route| self.waits.latency.get_mut(route))
+        {
             // A running average over about eight calls.
             *latency = (*latency * 7 + took) / 8;
         }
@@ -302,7 +306,7 @@ where
     /// Handles every dead-letter write that ended.
     pub(super) fn poll_dead_letters(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
         let mut progress = false;
-        while let Some(writer) = self.dead_letters.as_mut() {
+        while let Some(writer) = self.paths.dead_letters.as_mut() {
             let Poll::Ready(written) = writer.poll_written(cx, now) else {
                 break;
             };
@@ -310,7 +314,7 @@ where
             match written {
                 Written::Confirmed(key) => {
                     self.observer.dead_letter_confirmed();
-                    if self.health.dlq_failure().is_some() && !self.dlq_failing() {
+                    if self.health.dlq_failure().is_some() && !self.paths.dlq_failing() {
                         self.health.set_dlq_failure(None);
                         tracing::info!("the dead-letter sink recovered: fetching resumes");
                     }
@@ -345,6 +349,7 @@ where
     /// gracefully.
     fn refuse_dead_letters(&mut self, key: SlotKey, error: DlqError, now: Instant) {
         let waiting = self
+            .paths
             .dead_letters
             .as_mut()
             .map(|writer| writer.give_up_waiting())
@@ -381,7 +386,7 @@ where
             self.step(key, Event::Refused, Duration::ZERO, now);
             return;
         };
-        let Some(writer) = self.dead_letters.as_mut() else {
+        let Some(writer) = self.paths.dead_letters.as_mut() else {
             return;
         };
         telemetry::stamp(&job.span, &mut letter.headers);
@@ -426,11 +431,11 @@ where
 
     /// Releases every held retry whose backoff ended by `now`.
     pub(super) fn release_held(&mut self, now: Instant) -> bool {
-        if self.holds.next_due().is_none_or(|at| at > now) {
+        if self.paths.holds.next_due().is_none_or(|at| at > now) {
             return false;
         }
-        let mut due = std::mem::take(&mut self.due);
-        self.holds.take_due(now, &mut due);
+        let mut due = std::mem::take(&mut self.pace.due);
+        self.paths.holds.take_due(now, &mut due);
         for (at, key) in due.drain(..) {
             match self.slots.get(key).map(|job| job.life.phase) {
                 Some(Phase::Held { until }) if until == at => {
@@ -442,7 +447,7 @@ where
                 _ => {}
             }
         }
-        self.due = due;
+        self.pace.due = due;
         true
     }
 }

@@ -26,11 +26,11 @@ where
 {
     /// Issues every renewal due by `now` together, and schedules the next ones.
     pub(super) fn renew_due(&mut self, now: Instant) -> bool {
-        if self.renewals.next_due().is_none_or(|at| at > now) {
+        if self.tasks.renewals.next_due().is_none_or(|at| at > now) {
             return false;
         }
-        let mut due = std::mem::take(&mut self.due);
-        self.renewals.take_due(now, &mut due);
+        let mut due = std::mem::take(&mut self.pace.due);
+        self.tasks.renewals.take_due(now, &mut due);
         for (at, key) in due.drain(..) {
             let Some(job) = self.slots.get_mut(key) else {
                 continue;
@@ -43,16 +43,16 @@ where
                 continue;
             };
             let receipt = self.source.renew(&job.id);
-            self.renewing.push(SlotReceipt::new(key, receipt));
+            self.tasks.renewing.push(SlotReceipt::new(key, receipt));
             self.observer.renewal_sent(&job.id.topic);
             let mut next = at + every;
             if next <= now {
                 next = now + every;
             }
             job.next_renewal = Some(next);
-            self.renewals.schedule(key, next);
+            self.tasks.renewals.schedule(key, next);
         }
-        self.due = due;
+        self.pace.due = due;
         true
     }
 
@@ -68,7 +68,7 @@ where
         if let Some(job) = self.slots.get_mut(key)
             && let Some(at) = job.next_renewal.take()
         {
-            self.renewals.cancel(key, at);
+            self.tasks.renewals.cancel(key, at);
         }
     }
 
@@ -78,10 +78,10 @@ where
     /// handlers that block their threads. Logged once per stall, counted, and shown in the
     /// worker's health; the pass that follows sends the due renewals first.
     pub(super) fn watch_lateness(&mut self, now: Instant) {
-        let gap = now.saturating_duration_since(self.last_pass);
-        self.last_pass = now;
+        let gap = now.saturating_duration_since(self.pace.last_pass);
+        self.pace.last_pass = now;
         let late = gap.saturating_sub(TICK);
-        let allowed = (self.shortest_lock / 4).max(MIN_STALL);
+        let allowed = (self.pace.shortest_lock / 4).max(MIN_STALL);
         if late <= allowed {
             return;
         }

@@ -21,25 +21,25 @@ where
 {
     /// Stops fetching; the records that never started and the retries being held are released.
     pub(super) fn begin_shutdown(&mut self, now: Instant) {
-        if self.stopping.is_some() {
+        if self.paths.stopping.is_some() {
             return;
         }
         self.health.set_stopping();
-        self.stopping = Some(Stopping {
+        self.paths.stopping = Some(Stopping {
             grace_deadline: now + self.config.shutdown_grace,
             grace_expired: false,
         });
         tracing::info!(
-            running = self.running.len(),
+            running = self.tasks.running.len(),
             held = self.slots.held(),
             grace = ?self.config.shutdown_grace,
             "shutting down: no more fetches, waiting for running handlers"
         );
         // Copies written to the delay topics from now on are for the next run: a fetch must not
         // bring them back only to release them.
-        for route in 0..self.delay_paused.len() {
+        for route in 0..self.waits.delay_paused.len() {
             if let Some(topic) = self.routes.delay_topic(route).cloned() {
-                self.delay_paused[route] = true;
+                self.waits.delay_paused[route] = true;
                 self.source.pause(&topic, true);
             }
         }
@@ -48,20 +48,26 @@ where
         }
         // Held retries are released; records waiting for their not-before, a rate limit or
         // their key move to the delay topic (with a delay sink) or are released.
-        let mut held = std::mem::take(&mut self.due);
-        self.holds.take_all(&mut held);
-        self.throttled.take_all(&mut held);
-        held.extend(self.keys.drain_waiting().into_iter().map(|key| (now, key)));
+        let mut held = std::mem::take(&mut self.pace.due);
+        self.paths.holds.take_all(&mut held);
+        self.waits.throttled.take_all(&mut held);
+        held.extend(
+            self.waits
+                .keys
+                .drain_waiting()
+                .into_iter()
+                .map(|key| (now, key)),
+        );
         for (_, key) in held.drain(..) {
             self.step(key, Event::ShutdownStarted, Duration::ZERO, now);
         }
-        self.due = held;
+        self.pace.due = held;
     }
 
     /// At the end of the grace period: cancels the handlers still running and releases their
     /// records, and gives up on dead-letter writes (their records are released, never rejected).
     pub(super) fn expire_grace(&mut self, now: Instant) -> bool {
-        let Some(stopping) = &mut self.stopping else {
+        let Some(stopping) = &mut self.paths.stopping else {
             return false;
         };
         if stopping.grace_expired || now < stopping.grace_deadline {
@@ -77,10 +83,10 @@ where
                 _ => {}
             }
         }
-        if let Some(writer) = self.dead_letters.as_mut() {
+        if let Some(writer) = self.paths.dead_letters.as_mut() {
             writer.abandon();
         }
-        if let Some(writer) = self.moves.as_mut() {
+        if let Some(writer) = self.paths.moves.as_mut() {
             writer.abandon();
         }
         if !unfinished.is_empty() {
@@ -99,12 +105,12 @@ where
             self.step(key, Event::GraceOver, Duration::ZERO, now);
         }
         // Their tokens fired above; a handler that ignores its token is dropped here.
-        self.running.abort_all();
+        self.tasks.running.abort_all();
         true
     }
 
     pub(super) fn is_done(&self, now: Instant) -> bool {
-        let Some(stopping) = &self.stopping else {
+        let Some(stopping) = &self.paths.stopping else {
             return false;
         };
         if self.fetching.future.is_some() {

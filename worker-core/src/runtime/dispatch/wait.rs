@@ -108,27 +108,27 @@ where
             keys.waiting_for(route, hash) < config.max_waiting_per_key()
                 && keys.waiting() < config.max_waiting_for_keys()
         };
-        let Some(limits) = self.limits.routes.get_mut(route) else {
+        let Some(limits) = self.waits.limits.routes.get_mut(route) else {
             return Admission::Go;
         };
         if let (Some(turns), Some(hash)) = (limits.key_concurrency, hash)
-            && self.keys.running(route, hash) >= turns
+            && self.waits.keys.running(route, hash) >= turns
         {
-            let ahead = self.keys.waiting_for(route, hash) as u32 + 1;
-            let typical = self.latency.get(route).copied().unwrap_or_default();
+            let ahead = self.waits.keys.waiting_for(route, hash) as u32 + 1;
+            let typical = self.waits.latency.get(route).copied().unwrap_or_default();
             return Admission::KeyBusy {
                 wait: (typical * ahead).max(MIN_KEY_WAIT),
-                room: per_key_room(&self.keys, self.config, hash),
+                room: per_key_room(&self.waits.keys, self.config, hash),
             };
         }
         if let (Some(limiter), Some(hash)) = (&limits.per_key, hash)
             && let Err(wait) = limiter.check(hash)
         {
-            let ahead = self.keys.waiting_for(route, hash) as u32;
+            let ahead = self.waits.keys.waiting_for(route, hash) as u32;
             return Admission::Limited {
                 limit: LimitKind::Key,
                 wait: wait + limiter.interval() * ahead,
-                room: per_key_room(&self.keys, self.config, hash),
+                room: per_key_room(&self.waits.keys, self.config, hash),
             };
         }
         if let Some(limiter) = &limits.rate
@@ -142,10 +142,10 @@ where
                 room: true,
             };
         }
-        if let Some(limiter) = &self.limits.global
+        if let Some(limiter) = &self.waits.limits.global
             && let Err(wait) = limiter.check()
         {
-            let ahead = u32::try_from(self.limits.global_waiting).unwrap_or(u32::MAX);
+            let ahead = u32::try_from(self.waits.limits.global_waiting).unwrap_or(u32::MAX);
             return Admission::Limited {
                 limit: LimitKind::Global,
                 wait: wait + limiter.interval().saturating_mul(ahead),
@@ -153,7 +153,7 @@ where
             };
         }
         if let (Some(_), Some(hash)) = (limits.key_concurrency, hash) {
-            self.keys.acquire(route, hash);
+            self.waits.keys.acquire(route, hash);
             if let Some(job) = self.slots.get_mut(key) {
                 job.holds_key = true;
             }
@@ -174,9 +174,9 @@ where
         if delayed != job.counted.delayed {
             job.counted.delayed = delayed;
             if delayed {
-                self.delayed += 1;
+                self.waits.delayed += 1;
             } else {
-                self.delayed = self.delayed.saturating_sub(1);
+                self.waits.delayed = self.waits.delayed.saturating_sub(1);
             }
         }
         let throttled = !gone && matches!(phase, Phase::Throttled { .. });
@@ -188,7 +188,7 @@ where
             }
             match (limit, route) {
                 (Some(LimitKind::Global), _) => {
-                    let n = &mut self.limits.global_waiting;
+                    let n = &mut self.waits.limits.global_waiting;
                     *n = if throttled {
                         *n + 1
                     } else {
@@ -196,7 +196,7 @@ where
                     };
                 }
                 (Some(LimitKind::Route), Some(route)) => {
-                    if let Some(limits) = self.limits.routes.get_mut(route) {
+                    if let Some(limits) = self.waits.limits.routes.get_mut(route) {
                         let n = &mut limits.rate_waiting;
                         *n = if throttled {
                             *n + 1
@@ -207,7 +207,7 @@ where
                 }
                 (Some(LimitKind::Key), Some(route)) => {
                     if let Some(hash) = hash {
-                        self.keys.throttled(route, hash, throttled);
+                        self.waits.keys.throttled(route, hash, throttled);
                     }
                 }
                 _ => {}
@@ -220,7 +220,7 @@ where
         if key_wait != job.counted.key_wait {
             job.counted.key_wait = key_wait;
             if !key_wait && let (Some(route), Some(hash)) = (route, hash) {
-                self.keys.stop_waiting(route, hash, key);
+                self.waits.keys.stop_waiting(route, hash, key);
             }
         }
         let Some(job) = self.slots.get_mut(key) else {
@@ -232,7 +232,7 @@ where
             && let (Some(route), Some(hash)) = (route, hash)
         {
             job.holds_key = false;
-            if let Some(next) = self.keys.release(route, hash) {
+            if let Some(next) = self.waits.keys.release(route, hash) {
                 if let Some(waiting) = self.slots.get_mut(next) {
                     waiting.counted.key_wait = false;
                 }
@@ -256,7 +256,7 @@ where
         now: Instant,
     ) {
         let group = self.group.clone().unwrap_or_else(|| "".into());
-        let wall = self.wall_clock(now);
+        let wall = self.waits.wall_clock(now);
         let Some(job) = self.slots.get_mut(key) else {
             return;
         };
@@ -267,7 +267,7 @@ where
             record,
             job.route,
             self.config.delay.as_ref(),
-            self.moves.as_mut(),
+            self.paths.moves.as_mut(),
         ) else {
             tracing::error!(parent: &job.span, record = %job.id, "the record to move was not kept: releasing it");
             self.step(key, Event::Refused, Duration::ZERO, now);
@@ -313,7 +313,7 @@ where
                 headers: record_headers,
             },
         );
-        if write_back && unheld && self.write_backs.wrote_back(route, now) {
+        if write_back && unheld && self.waits.write_backs.wrote_back(route, now) {
             tracing::debug!(
                 topic = %route_topic,
                 rest = ?write_backs::REST,
@@ -325,11 +325,11 @@ where
 
     /// Resumes the delay topics whose write-back rest ended by `now`.
     pub(super) fn end_write_back_rests(&mut self, now: Instant) -> bool {
-        if self.write_backs.next_end().is_none_or(|at| at > now) {
+        if self.waits.write_backs.next_end().is_none_or(|at| at > now) {
             return false;
         }
         let mut ended = Vec::new();
-        self.write_backs.end_due(now, &mut ended);
+        self.waits.write_backs.end_due(now, &mut ended);
         for route in ended {
             self.sync_delay_pause(route);
         }
@@ -339,7 +339,7 @@ where
     /// Handles every write to the delay topic that ended.
     pub(super) fn poll_moves(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
         let mut progress = false;
-        while let Some(writer) = self.moves.as_mut() {
+        while let Some(writer) = self.paths.moves.as_mut() {
             let Poll::Ready(written) = writer.poll_written(cx, now) else {
                 break;
             };
@@ -367,6 +367,7 @@ where
     /// cannot write): the worker stops with that error, releasing what it holds.
     fn refuse_moves(&mut self, key: SlotKey, error: Error, now: Instant) {
         let waiting = self
+            .paths
             .moves
             .as_mut()
             .map(|writer| writer.give_up_waiting())
@@ -386,11 +387,11 @@ where
 
     /// Checks again every throttled record whose wait ended by `now`.
     pub(super) fn release_throttled(&mut self, now: Instant) -> bool {
-        if self.throttled.next_due().is_none_or(|at| at > now) {
+        if self.waits.throttled.next_due().is_none_or(|at| at > now) {
             return false;
         }
-        let mut due = std::mem::take(&mut self.due);
-        self.throttled.take_due(now, &mut due);
+        let mut due = std::mem::take(&mut self.pace.due);
+        self.waits.throttled.take_due(now, &mut due);
         for (at, key) in due.drain(..) {
             if self
                 .slots
@@ -400,22 +401,22 @@ where
                 self.step(key, Event::Due, Duration::ZERO, now);
             }
         }
-        self.due = due;
+        self.pace.due = due;
         true
     }
 
     /// Pauses the delay topics at the source while `max_held` records are held (their records
     /// could only be written back), and resumes them when there is room.
     pub(super) fn sync_delay_pauses(&mut self) {
-        if self.moves.is_none() {
+        if self.paths.moves.is_none() {
             return;
         }
-        let full = !self.holds.has_room();
-        if full == self.holds_full {
+        let full = !self.paths.holds.has_room();
+        if full == self.waits.holds_full {
             return;
         }
-        self.holds_full = full;
-        for route in 0..self.delay_paused.len() {
+        self.waits.holds_full = full;
+        for route in 0..self.waits.delay_paused.len() {
             self.sync_delay_pause(route);
         }
     }
@@ -425,12 +426,12 @@ where
     /// of shutdown.
     pub(super) fn sync_delay_pause(&mut self, route: usize) {
         let paused = self.routes.is_full(route)
-            || self.holds_full
-            || self.write_backs.resting(route)
-            || self.stopping.is_some();
+            || self.waits.holds_full
+            || self.waits.write_backs.resting(route)
+            || self.paths.stopping.is_some();
         let (Some(topic), Some(was)) = (
             self.routes.delay_topic(route).cloned(),
-            self.delay_paused.get_mut(route),
+            self.waits.delay_paused.get_mut(route),
         ) else {
             return;
         };
