@@ -43,6 +43,15 @@ pub fn above_zero(duration: Duration) -> Result<(), String> {
     Ok(())
 }
 
+/// How often the delivery-count limit is read again: at least once a second, so a worker never
+/// keeps its coordinator busy with the question.
+pub fn delivery_limit_refresh(every: Duration) -> Result<(), String> {
+    if every < Duration::from_secs(1) {
+        return Err("expected at least 1s".to_owned());
+    }
+    Ok(())
+}
+
 /// Deliveries of a record at most: at least 1.
 pub fn max_attempts(attempts: u16) -> Result<(), String> {
     if attempts == 0 {

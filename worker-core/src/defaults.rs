@@ -14,6 +14,9 @@ pub const RENEW_AT: f64 = 0.5;
 pub const JOB_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long shutdown waits for running handlers (`shutdown_grace`, `worker.shutdown-grace`).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// How often a running worker reads the group's delivery-count limit again
+/// (`WorkerBuilder::delivery_limit_refresh`).
+pub const DELIVERY_LIMIT_REFRESH: Duration = Duration::from_secs(60);
 /// The longest wait held in the worker when a delay sink is configured (`max_hold`,
 /// `delay.max-hold`).
 pub const MAX_HOLD: Duration = Duration::from_secs(300);

@@ -58,7 +58,7 @@ impl Default for Settings {
             job_timeout: defaults::JOB_TIMEOUT,
             shutdown_grace: defaults::SHUTDOWN_GRACE,
             policy: PolicyConfig::default(),
-            limit_refresh: Duration::from_secs(60),
+            limit_refresh: defaults::DELIVERY_LIMIT_REFRESH,
             renewal: true,
             delay: None,
             max_hold: defaults::MAX_HOLD,
@@ -79,10 +79,8 @@ impl Settings {
             .map_err(|why| named("max_poll_records", why))?;
         checks::renew_at(self.renew_at).map_err(|why| named("renew_at", why))?;
         checks::above_zero(self.job_timeout).map_err(|why| named("job_timeout", why))?;
-        let fail = |msg: &str| Err(Error::new(ErrorKind::Config, msg));
-        if self.limit_refresh < Duration::from_secs(1) {
-            return fail("`delivery_limit_refresh`: expected at least 1s");
-        }
+        checks::delivery_limit_refresh(self.limit_refresh)
+            .map_err(|why| named("delivery_limit_refresh", why))?;
         checks::above_zero(self.max_hold).map_err(|why| named("max_hold", why))?;
         checks::above_zero(self.max_delay).map_err(|why| named("max_delay", why))?;
         if let Some(rate) = &self.rate_limit {
