@@ -134,6 +134,13 @@ impl<S: ShareSource> WorkerBuilder<S> {
         self
     }
 
+    /// Follows the group's fleet-wide controls (see [`control`](crate::control)): a route paused
+    /// there is not fetched from until it is resumed. Default: none.
+    pub fn controls(mut self, controls: crate::control::Controls) -> Self {
+        self.config.controls = Some(controls);
+        self
+    }
+
     /// How often the group's delivery-count limit is read again while the worker runs (default
     /// 1 min, at least 1 s): a change (Kafka 4.3's group-level `share.delivery.count.limit`) is
     /// logged and applies to the next decisions.

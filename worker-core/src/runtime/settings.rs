@@ -47,6 +47,8 @@ pub(crate) struct Settings {
     /// Whether the broker writes the letters of records REJECTed without a sink (broker mode, or
     /// no sink and a broker dead-letter queue; read at start).
     pub(crate) broker_writes_letters: bool,
+    /// The group's fleet-wide controls, when the worker follows them.
+    pub(crate) controls: Option<crate::control::Controls>,
 }
 
 impl Default for Settings {
@@ -65,6 +67,7 @@ impl Default for Settings {
             max_delay: defaults::MAX_DELAY,
             rate_limit: None,
             broker_writes_letters: false,
+            controls: None,
         }
     }
 }

@@ -26,6 +26,7 @@ pub(crate) struct Metrics {
     completed: Counter<u64>,
     handler_duration: Histogram<f64>,
     in_flight: UpDownCounter<i64>,
+    route_paused: UpDownCounter<i64>,
     held: UpDownCounter<i64>,
     delayed: UpDownCounter<i64>,
     moved: Counter<u64>,
@@ -98,6 +99,7 @@ impl Metrics {
                 .add(0, &[topic(), KeyValue::new(names::OUTCOME, outcome)]);
         }
         self.renewals.add(0, &[topic()]);
+        self.route_paused.add(0, &[topic()]);
         self.locks_lost.add(0, &[topic()]);
         self.possible_duplicates.add(0, &[topic()]);
         for error in ACK_ERRORS {
@@ -136,6 +138,12 @@ impl Metrics {
                 .with_description("How long handlers ran.")
                 .with_unit("s")
                 .with_boundaries(DURATION_BOUNDS.to_vec())
+                .build(),
+            route_paused: meter
+                .i64_up_down_counter(names::ROUTE_PAUSED)
+                .with_description(
+                    "1 while the route's topic is paused fleet-wide by the control topic.",
+                )
                 .build(),
             in_flight: meter
                 .i64_up_down_counter(names::RECORDS_IN_FLIGHT)
@@ -282,6 +290,12 @@ impl Metrics {
             self.held.add(held - self.reported_held, &[]);
             self.reported_held = held;
         }
+    }
+
+    /// A route's topic was paused (`true`) or resumed fleet-wide.
+    pub(crate) fn route_paused(&self, name: &Arc<str>, paused: bool) {
+        self.route_paused
+            .add(if paused { 1 } else { -1 }, &[topic(name)]);
     }
 
     pub(crate) fn moved(&self, name: &Arc<str>, reason: &'static str) {

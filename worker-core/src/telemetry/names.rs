@@ -62,6 +62,8 @@ pub const DISPATCHER_LATENESS: &str = "share_worker.dispatcher.lateness";
 /// Records of a partition not yet settled by the share group, sampled from
 /// DescribeShareGroupOffsets (gauge; `group`, `topic`, `partition`). The autoscaling signal.
 pub const GROUP_LAG: &str = "share_worker.group.lag";
+/// 1 while a route's topic is paused fleet-wide by the control topic, else 0 (gauge; `topic`).
+pub const ROUTE_PAUSED: &str = "share_worker.route.paused";
 
 /// Attribute: the record's topic (= its route).
 pub const TOPIC: &str = "topic";
@@ -83,7 +85,7 @@ pub const PARTITION: &str = "partition";
 pub const LIMIT: &str = "limit";
 
 /// Every metric the worker and [`LagMonitor`](super::LagMonitor) record, in the order above.
-pub const ALL: [&str; 23] = [
+pub const ALL: [&str; 24] = [
     RECORDS_FETCHED,
     RECORDS_COMPLETED,
     HANDLER_DURATION,
@@ -107,4 +109,5 @@ pub const ALL: [&str; 23] = [
     DISPATCHER_STALLS,
     DISPATCHER_LATENESS,
     GROUP_LAG,
+    ROUTE_PAUSED,
 ];

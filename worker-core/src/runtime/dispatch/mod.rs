@@ -23,6 +23,7 @@ mod ahead;
 mod arrive;
 mod average;
 mod coalesce;
+mod control;
 mod perform;
 mod renew;
 mod stop;
@@ -127,6 +128,8 @@ where
     /// Handler tasks, and the answers and renewals in flight.
     tasks: Tasks,
     fetching: Fetching<'a>,
+    /// Routes paused fleet-wide by the control topic.
+    control: control::Control,
     /// The loop's own clock and its watchdog.
     pace: Pace,
     shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
@@ -318,6 +321,7 @@ where
                 coalesce_until: None,
                 ahead: ahead::Ahead::new(ahead_most),
             },
+            control: control::Control::new(config.controls.clone(), route_count),
             pace: Pace {
                 timer: Box::pin(sleep_until(Instant::now())),
                 next_tick: Instant::now() + TICK,
@@ -371,9 +375,11 @@ where
         self.watch_lateness(Instant::now());
         for _ in 0..BUDGET {
             let now = Instant::now();
+            // Before any fetch: a route paused fleet-wide is not fetched from.
+            let mut progress = self.follow_controls();
             // Handlers that ended first (their records need no renewal any more), then the
             // renewals: after a stall they are what keeps the locks.
-            let mut progress = self.join_finished(cx, now);
+            progress |= self.join_finished(cx, now);
             progress |= self.renew_due(now);
 
             if self.paths.stopping.is_none() && self.shutdown.as_mut().poll(cx).is_ready() {

@@ -188,7 +188,7 @@ where
             let Some(topic) = self.routes.topic(route).cloned() else {
                 return;
             };
-            self.source.pause(&topic, pause);
+            self.sync_route_pause(route);
             self.sync_delay_pause(route);
             if pause {
                 tracing::debug!(

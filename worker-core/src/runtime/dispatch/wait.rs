@@ -426,6 +426,7 @@ where
     /// of shutdown.
     pub(super) fn sync_delay_pause(&mut self, route: usize) {
         let paused = self.routes.is_full(route)
+            || self.control.pauses(route)
             || self.waits.holds_full
             || self.waits.write_backs.resting(route)
             || self.paths.stopping.is_some();

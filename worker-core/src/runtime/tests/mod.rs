@@ -1,6 +1,7 @@
 //! Runtime tests: behaviour against the [`MemoryBroker`](crate::testing::MemoryBroker), the
 //! dispatch loop against a mocked port, and the load, renewal and shutdown scenarios.
 
+mod controls;
 mod delays;
 mod dlq_down;
 mod fairness;

@@ -1,0 +1,288 @@
+//! A command as it is written to the control topic: the key names what it controls, the value
+//! (JSON) says what to do, until when, why and who asked. Everything read here comes from a topic
+//! anyone with write access can fill, so every field is bounded and checked before it is obeyed.
+
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+/// The largest command value read; a larger one is refused unread.
+pub(crate) const MAX_VALUE_BYTES: usize = 4096;
+/// The longest `reason` and `by` accepted, in characters.
+pub(crate) const MAX_TEXT_CHARS: usize = 256;
+/// Kafka's longest topic name.
+const MAX_TOPIC_CHARS: usize = 249;
+/// The version of the value format this worker writes and reads.
+const VERSION: u32 = 1;
+/// The key prefix of route pauses: `pause/{topic}`.
+const PAUSE: &str = "pause/";
+
+/// Stops fetching a route's topic, fleet-wide, until it is resumed or `until` passes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pause {
+    /// The route's topic.
+    pub topic: String,
+    /// When the pause ends by itself; `None` until a resume.
+    pub until: Option<SystemTime>,
+    /// Why (shown in `status`, the dashboard and the logs).
+    pub reason: String,
+    /// Who issued it.
+    pub by: String,
+    /// When it was issued.
+    pub at: SystemTime,
+}
+
+impl Pause {
+    /// Whether the pause is in force at `now`.
+    pub fn in_force(&self, now: SystemTime) -> bool {
+        self.until.is_none_or(|until| now < until)
+    }
+}
+
+/// One command read from the control topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Command {
+    /// Pause a route's topic.
+    Pause(Pause),
+    /// Resume a route's topic (a pause's key written again, or its tombstone).
+    Resume {
+        /// The route's topic.
+        topic: String,
+    },
+}
+
+/// The JSON value of a command.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Value {
+    v: u32,
+    command: String,
+    topic: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    until: Option<String>,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    by: String,
+    at: String,
+}
+
+/// The key of a pause of `topic`: compaction keeps the last command per key, so the topic's
+/// current state is the last pause or resume of each route.
+pub(crate) fn pause_key(topic: &str) -> String {
+    format!("{PAUSE}{topic}")
+}
+
+/// The record that pauses `pause.topic`.
+pub(crate) fn encode_pause(pause: &Pause) -> Result<(String, Vec<u8>), String> {
+    check_topic(&pause.topic)?;
+    check_text("reason", &pause.reason)?;
+    check_text("by", &pause.by)?;
+    let value = Value {
+        v: VERSION,
+        command: "pause".to_owned(),
+        topic: pause.topic.clone(),
+        until: pause.until.map(rfc3339),
+        reason: pause.reason.clone(),
+        by: pause.by.clone(),
+        at: rfc3339(pause.at),
+    };
+    let json = serde_json::to_vec(&value).map_err(|err| err.to_string())?;
+    Ok((pause_key(&pause.topic), json))
+}
+
+/// The record that resumes `topic`.
+pub(crate) fn encode_resume(
+    topic: &str,
+    reason: &str,
+    by: &str,
+    at: SystemTime,
+) -> Result<(String, Vec<u8>), String> {
+    check_topic(topic)?;
+    check_text("reason", reason)?;
+    check_text("by", by)?;
+    let value = Value {
+        v: VERSION,
+        command: "resume".to_owned(),
+        topic: topic.to_owned(),
+        until: None,
+        reason: reason.to_owned(),
+        by: by.to_owned(),
+        at: rfc3339(at),
+    };
+    let json = serde_json::to_vec(&value).map_err(|err| err.to_string())?;
+    Ok((pause_key(topic), json))
+}
+
+/// Reads one record of the control topic: `Ok` with the command it carries, `Err` with why it is
+/// refused (it is then logged, counted and otherwise ignored).
+pub(crate) fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Command, String> {
+    let key = key.ok_or("a command without a key")?;
+    let key = std::str::from_utf8(key).map_err(|_| "a key that is not UTF-8".to_owned())?;
+    let Some(topic) = key.strip_prefix(PAUSE) else {
+        return Err(format!("unknown key {}", quote(key)));
+    };
+    check_topic(topic)?;
+    let Some(value) = value else {
+        // A tombstone: the route's pause is deleted.
+        return Ok(Command::Resume {
+            topic: topic.to_owned(),
+        });
+    };
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(format!(
+            "a value of {} bytes (at most {MAX_VALUE_BYTES})",
+            value.len()
+        ));
+    }
+    let value: Value =
+        serde_json::from_slice(value).map_err(|err| format!("a value that is not a command: {err}"))?;
+    if value.v != VERSION {
+        return Err(format!("version {} (this worker reads {VERSION})", value.v));
+    }
+    if value.topic != topic {
+        return Err(format!(
+            "the key names {} but the value names {}",
+            quote(topic),
+            quote(&value.topic)
+        ));
+    }
+    check_text("reason", &value.reason)?;
+    check_text("by", &value.by)?;
+    let at = parse_time("at", &value.at)?;
+    match value.command.as_str() {
+        "pause" => Ok(Command::Pause(Pause {
+            topic: value.topic,
+            until: value.until.as_deref().map(|t| parse_time("until", t)).transpose()?,
+            reason: value.reason,
+            by: value.by,
+            at,
+        })),
+        "resume" => Ok(Command::Resume { topic: value.topic }),
+        other => Err(format!("unknown command {}", quote(other))),
+    }
+}
+
+fn check_topic(topic: &str) -> Result<(), String> {
+    let valid = !topic.is_empty()
+        && topic.len() <= MAX_TOPIC_CHARS
+        && topic
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!("an invalid topic name {}", quote(topic)))
+    }
+}
+
+fn check_text(name: &str, text: &str) -> Result<(), String> {
+    let chars = text.chars().count();
+    if chars > MAX_TEXT_CHARS {
+        return Err(format!("a {name} of {chars} characters (at most {MAX_TEXT_CHARS})"));
+    }
+    Ok(())
+}
+
+fn parse_time(name: &str, text: &str) -> Result<SystemTime, String> {
+    humantime::parse_rfc3339_weak(text)
+        .map_err(|_| format!("{name} {} is not an RFC 3339 time", quote(text)))
+}
+
+fn rfc3339(time: SystemTime) -> String {
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+/// Untrusted text for a log line: quoted, escaped and cut to 64 characters.
+fn quote(text: &str) -> String {
+    let cut: String = text.chars().take(64).collect();
+    let more = if cut.len() < text.len() { "…" } else { "" };
+    format!("{:?}{more}", cut)
+}
+
+/// `now` plus `duration`, or `None` when that is not a time.
+pub(crate) fn after(now: SystemTime, duration: Duration) -> Option<SystemTime> {
+    now.checked_add(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn pause(topic: &str) -> Pause {
+        Pause {
+            topic: topic.to_owned(),
+            until: Some(at(1_800_000_060)),
+            reason: "provider outage".to_owned(),
+            by: "alice@ops-1".to_owned(),
+            at: at(1_800_000_000),
+        }
+    }
+
+    #[test]
+    fn a_pause_and_a_resume_read_back_as_written() {
+        let (key, value) = encode_pause(&pause("sms")).expect("encodes");
+        assert_eq!(key, "pause/sms");
+        assert_eq!(
+            decode(Some(key.as_bytes()), Some(&value)),
+            Ok(Command::Pause(pause("sms")))
+        );
+        let (key, value) = encode_resume("sms", "fixed", "bob", at(1_800_000_100)).expect("encodes");
+        assert_eq!(
+            decode(Some(key.as_bytes()), Some(&value)),
+            Ok(Command::Resume {
+                topic: "sms".to_owned()
+            })
+        );
+        assert_eq!(
+            decode(Some(b"pause/sms"), None),
+            Ok(Command::Resume {
+                topic: "sms".to_owned()
+            }),
+            "a tombstone resumes"
+        );
+    }
+
+    #[test]
+    fn hostile_commands_are_refused_with_a_reason() {
+        let (_, good) = encode_pause(&pause("sms")).expect("encodes");
+        let with = |field: &str, value: serde_json::Value| {
+            let mut json: serde_json::Value = serde_json::from_slice(&good).expect("json");
+            json[field] = value;
+            serde_json::to_vec(&json).expect("json")
+        };
+        let cases: Vec<(Option<&[u8]>, Option<Vec<u8>>, &str)> = vec![
+            (None, Some(good.clone()), "without a key"),
+            (Some(b"\xff\xfe"), Some(good.clone()), "not UTF-8"),
+            (Some(b"drop/sms"), Some(good.clone()), "unknown key"),
+            (Some(b"pause/../etc"), Some(good.clone()), "invalid topic"),
+            (Some(b"pause/"), Some(good.clone()), "invalid topic"),
+            (Some(b"pause/emails"), Some(good.clone()), "the key names"),
+            (Some(b"pause/sms"), Some(b"{not json".to_vec()), "not a command"),
+            (Some(b"pause/sms"), Some(vec![b' '; MAX_VALUE_BYTES + 1]), "bytes"),
+            (Some(b"pause/sms"), Some(with("v", 2.into())), "version 2"),
+            (Some(b"pause/sms"), Some(with("command", "drop".into())), "unknown command"),
+            (Some(b"pause/sms"), Some(with("until", "tomorrow".into())), "RFC 3339"),
+            (Some(b"pause/sms"), Some(with("reason", "x".repeat(300).into())), "characters"),
+            (Some(b"pause/sms"), Some(with("extra", 1.into())), "not a command"),
+        ];
+        for (key, value, expected) in cases {
+            let refused = decode(key, value.as_deref()).expect_err(expected);
+            assert!(refused.contains(expected), "{expected:?} not in {refused:?}");
+        }
+    }
+
+    #[test]
+    fn a_pause_without_an_end_is_in_force_until_resumed() {
+        let mut open = pause("sms");
+        open.until = None;
+        assert!(open.in_force(at(4_000_000_000)));
+        let timed = pause("sms");
+        assert!(timed.in_force(at(1_800_000_059)));
+        assert!(!timed.in_force(at(1_800_000_060)));
+    }
+}

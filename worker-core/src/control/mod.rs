@@ -1,0 +1,184 @@
+//! Fleet-wide controls: commands that every worker of a share group obeys, read from a compacted
+//! control topic of the group (`{group}.control` by default).
+//!
+//! Each worker reads the topic from its start and then follows it, without joining any group, so
+//! every worker of the fleet — and every worker that starts later — sees the same commands in the
+//! same order; compaction keeps the last command of each key, so the topic stays as small as the
+//! controls in force. Today's command is the **pause** of a route: no worker of the group fetches
+//! the route's topic (nor its delay topic) until a resume, or until the pause's `until` passes.
+//! Records already acquired when the pause arrives finish as usual: a pause never RELEASEs a
+//! record (a release spends a delivery).
+//!
+//! Anyone who can write the topic can pause the fleet: who may is the cluster's ACLs (`Write` on
+//! the topic for operators, `Read` for the workers). Every command is checked before it is
+//! obeyed: a key and value of the documented shape, at most 4 KiB, text fields of at most 256
+//! characters, and at most 10,000 routes paused at once; anything else is logged, counted and
+//! ignored, and never stops a worker.
+//!
+//! - [`ControlTopic`] (feature `rdkafka`) reads, follows and writes the topic.
+//! - [`Controls`] is a worker's view of it, for
+//!   [`WorkerBuilder::controls`](crate::WorkerBuilder::controls); [`Controls::manual`] makes one
+//!   driven by hand, for tests or an application with a channel of its own.
+
+mod command;
+mod state;
+#[cfg(feature = "rdkafka")]
+mod topic;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::watch;
+
+pub use command::Pause;
+pub use state::ControlState;
+#[cfg(feature = "rdkafka")]
+pub use topic::ControlTopic;
+
+/// A worker's view of its group's controls: the state in force, updated as commands arrive.
+/// Cheap to clone; clones see the same state.
+#[derive(Clone, Debug)]
+pub struct Controls {
+    state: watch::Receiver<Arc<ControlState>>,
+    reading: Arc<Reading>,
+}
+
+/// How reading the commands goes.
+#[derive(Debug, Default)]
+struct Reading {
+    /// Why the last read failed, while reads keep failing.
+    failure: Mutex<Option<String>>,
+    obeyed: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl Controls {
+    /// Controls that change only through the returned [`ControlSender`]: for tests, or for an
+    /// application that carries commands on a channel of its own.
+    pub fn manual() -> (Self, ControlSender) {
+        let (sender, controls) = channel(ControlState::default());
+        (controls, sender)
+    }
+
+    /// The controls in force now.
+    pub fn state(&self) -> Arc<ControlState> {
+        self.state.borrow().clone()
+    }
+
+    /// Why reading the control topic fails, while it does (the worker keeps the last state read
+    /// meanwhile).
+    pub fn read_failure(&self) -> Option<String> {
+        self.reading
+            .failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Commands obeyed and refused so far.
+    pub fn commands(&self) -> (u64, u64) {
+        (
+            self.reading.obeyed.load(Ordering::Relaxed),
+            self.reading.refused.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The state, when it changed since the last call.
+    pub(crate) fn changed(&mut self) -> Option<Arc<ControlState>> {
+        match self.state.has_changed() {
+            Ok(true) => Some(self.state.borrow_and_update().clone()),
+            _ => None,
+        }
+    }
+}
+
+/// Changes the state of [`Controls`]: what reading the control topic does, or a test by hand.
+#[derive(Debug)]
+pub struct ControlSender {
+    state: watch::Sender<Arc<ControlState>>,
+    reading: Arc<Reading>,
+}
+
+impl ControlSender {
+    /// Pauses `pause.topic` (replacing an earlier pause of it).
+    pub fn pause(&self, pause: Pause) {
+        self.apply(command::Command::Pause(pause));
+    }
+
+    /// Resumes `topic`.
+    pub fn resume(&self, topic: &str) {
+        self.apply(command::Command::Resume {
+            topic: topic.to_owned(),
+        });
+    }
+
+    /// Applies one command, counting it obeyed or refused.
+    fn apply(&self, command: command::Command) {
+        let mut next = (**self.state.borrow()).clone();
+        match next.apply(command) {
+            Ok(()) => {
+                self.reading.obeyed.fetch_add(1, Ordering::Relaxed);
+                self.state.send_replace(Arc::new(next));
+            }
+            Err(why) => self.refuse(&why),
+        }
+    }
+
+    /// Counts and logs a command that is not obeyed.
+    fn refuse(&self, why: &str) {
+        self.reading.refused.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(why, "control command refused");
+    }
+
+    /// Reads fail (`Some`), or work again (`None`).
+    fn set_failure(&self, failure: Option<String>) {
+        *self
+            .reading
+            .failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = failure;
+    }
+}
+
+/// A sender and the controls it drives, starting from `state`.
+fn channel(state: ControlState) -> (ControlSender, Controls) {
+    let (tx, rx) = watch::channel(Arc::new(state));
+    let reading = Arc::new(Reading::default());
+    (
+        ControlSender {
+            state: tx,
+            reading: reading.clone(),
+        },
+        Controls { state: rx, reading },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::*;
+
+    fn paused_now(state: &ControlState, topic: &str) -> bool {
+        state.paused(topic, SystemTime::now()).is_some()
+    }
+
+    #[test]
+    fn manual_controls_change_and_say_so_once() {
+        let (mut controls, sender) = Controls::manual();
+        assert!(controls.changed().is_none(), "nothing changed yet");
+        sender.pause(Pause {
+            topic: "sms".to_owned(),
+            until: None,
+            reason: "outage".to_owned(),
+            by: "test".to_owned(),
+            at: SystemTime::now(),
+        });
+        let state = controls.changed().expect("the pause is a change");
+        assert!(paused_now(&state, "sms"));
+        assert!(controls.changed().is_none(), "seen once");
+        sender.resume("sms");
+        assert!(!paused_now(&controls.changed().expect("a change"), "sms"));
+        assert_eq!(controls.commands(), (2, 0));
+    }
+}

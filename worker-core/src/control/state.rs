@@ -1,0 +1,108 @@
+//! The controls in force: what the control topic says once every command read so far is applied.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use super::command::{Command, Pause};
+
+/// The most routes paused at once that a worker keeps; a pause of one more route is refused
+/// (logged and counted), so a flood of commands cannot grow a worker's memory without bound.
+pub(crate) const MAX_PAUSES: usize = 10_000;
+
+/// The controls in force, as the last command of each key on the control topic left them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ControlState {
+    pauses: BTreeMap<String, Pause>,
+}
+
+impl ControlState {
+    /// The pause of `topic` in force at `now`, if any.
+    pub fn paused(&self, topic: &str, now: SystemTime) -> Option<&Pause> {
+        self.pauses.get(topic).filter(|pause| pause.in_force(now))
+    }
+
+    /// Every pause in force at `now`, by topic.
+    pub fn pauses(&self, now: SystemTime) -> impl Iterator<Item = &Pause> {
+        self.pauses.values().filter(move |pause| pause.in_force(now))
+    }
+
+    /// When the next timed pause ends after `now`, if one does.
+    pub(crate) fn next_expiry(&self, now: SystemTime) -> Option<SystemTime> {
+        self.pauses
+            .values()
+            .filter_map(|pause| pause.until)
+            .filter(|until| *until > now)
+            .min()
+    }
+
+    /// Applies one command; `Err` says why it is refused.
+    pub(crate) fn apply(&mut self, command: Command) -> Result<(), String> {
+        match command {
+            Command::Pause(pause) => {
+                if self.pauses.len() >= MAX_PAUSES && !self.pauses.contains_key(&pause.topic) {
+                    return Err(format!(
+                        "{MAX_PAUSES} routes are paused already: the pause of {} is refused",
+                        pause.topic
+                    ));
+                }
+                self.pauses.insert(pause.topic.clone(), pause);
+            }
+            Command::Resume { topic } => {
+                self.pauses.remove(&topic);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn pause(topic: &str, until: Option<u64>) -> Command {
+        Command::Pause(Pause {
+            topic: topic.to_owned(),
+            until: until.map(at),
+            reason: String::new(),
+            by: String::new(),
+            at: at(0),
+        })
+    }
+
+    #[test]
+    fn the_last_command_of_a_route_wins_and_timed_pauses_end_by_themselves() {
+        let mut state = ControlState::default();
+        state.apply(pause("sms", None)).expect("applies");
+        state.apply(pause("emails", Some(100))).expect("applies");
+        assert!(state.paused("sms", at(50)).is_some());
+        assert!(state.paused("emails", at(99)).is_some());
+        assert!(state.paused("emails", at(100)).is_none());
+        assert_eq!(state.next_expiry(at(50)), Some(at(100)));
+        assert_eq!(state.next_expiry(at(100)), None);
+        state
+            .apply(Command::Resume {
+                topic: "sms".to_owned(),
+            })
+            .expect("applies");
+        assert!(state.paused("sms", at(50)).is_none());
+        assert_eq!(state.pauses(at(50)).count(), 1);
+    }
+
+    #[test]
+    fn pauses_beyond_the_bound_are_refused_but_known_routes_still_change() {
+        let mut state = ControlState::default();
+        for n in 0..MAX_PAUSES {
+            state.apply(pause(&format!("t{n}"), None)).expect("within the bound");
+        }
+        let refused = state.apply(pause("one-more", None)).expect_err("beyond the bound");
+        assert!(refused.contains("refused"), "{refused}");
+        state.apply(pause("t0", Some(5))).expect("a known route changes");
+        assert_eq!(state.paused("t0", at(1)).and_then(|p| p.until), Some(at(5)));
+    }
+}

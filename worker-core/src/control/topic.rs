@@ -1,0 +1,323 @@
+//! The control topic through librdkafka: read to its end at start, followed by a thread of its
+//! own, written by the commands (`share-worker pause`, [`ControlTopic::pause`]).
+
+use std::time::{Duration, Instant, SystemTime};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::FutureRecord;
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+use super::command::{self, Command, Pause};
+use super::{ControlSender, ControlState, Controls, channel};
+use crate::produce::client::{Producer, producer_config};
+use crate::security::{KafkaContext, RdkafkaSecurity, Security};
+use crate::{Error, ErrorKind, Result};
+
+/// How long one poll of the follower waits for a command.
+const POLL: Duration = Duration::from_millis(200);
+/// How often the follower checks that the topic can still be read, while no command comes.
+const CHECK_EVERY: Duration = Duration::from_secs(5);
+/// How long a command's write may take.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A share group's control topic on a cluster: where commands are written, and what every worker
+/// of the group follows. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ControlTopic {
+    bootstrap: String,
+    topic: String,
+    security: Security,
+    client_id: String,
+}
+
+impl ControlTopic {
+    /// The control topic `topic` on the brokers at `bootstrap` (comma-separated `host:port`).
+    pub fn new(bootstrap: impl Into<String>, topic: impl Into<String>) -> Self {
+        Self {
+            bootstrap: bootstrap.into(),
+            topic: topic.into(),
+            security: Security::default(),
+            client_id: format!("{}-control", crate::defaults::CLIENT_ID),
+        }
+    }
+
+    /// The default name of `group`'s control topic: `{group}.control`.
+    pub fn default_name(group: &str) -> String {
+        format!("{group}.control")
+    }
+
+    /// Secures the connections (TLS, SASL); default plain TCP.
+    pub fn security(mut self, security: Security) -> Self {
+        self.security = security;
+        self
+    }
+
+    /// Sets the client id of the topic's reader and writer.
+    pub fn client_id(mut self, client_id: impl Into<String>) -> Self {
+        self.client_id = client_id.into();
+        self
+    }
+
+    /// The topic's name.
+    pub fn name(&self) -> &str {
+        &self.topic
+    }
+
+    /// Reads every command on the topic (within `timeout`) and returns the controls then in force;
+    /// for a worker, [`follow`](Self::follow) goes on reading.
+    pub async fn read(&self, timeout: Duration) -> Result<ControlState> {
+        let this = self.clone();
+        let (sender, controls) = channel(ControlState::default());
+        blocking(move || this.replay(&sender, timeout).map(drop)).await?;
+        Ok((*controls.state()).clone())
+    }
+
+    /// Reads every command on the topic (within `timeout`), then follows it on a thread of its
+    /// own until every clone of the returned [`Controls`] is dropped. A read that fails later
+    /// keeps the last state and shows in [`Controls::read_failure`] until reads work again.
+    pub async fn follow(&self, timeout: Duration) -> Result<Controls> {
+        let this = self.clone();
+        let (sender, controls) = channel(ControlState::default());
+        let (consumer, sender) = blocking(move || {
+            let consumer = this.replay(&sender, timeout)?;
+            Ok((consumer, sender))
+        })
+        .await?;
+        let this = self.clone();
+        std::thread::Builder::new()
+            .name("share-worker-control".to_owned())
+            .spawn(move || this.follow_on(&consumer, &sender))
+            .map_err(|err| {
+                Error::new(
+                    ErrorKind::Io,
+                    format!("control topic {}: cannot start its reader", self.topic),
+                )
+                .with_source(err)
+            })?;
+        Ok(controls)
+    }
+
+    /// Pauses `topic` fleet-wide until a resume, or until `until` passes; returns the pause as
+    /// written, once the broker has confirmed it.
+    pub async fn pause(
+        &self,
+        topic: &str,
+        until: Option<SystemTime>,
+        reason: &str,
+        by: &str,
+    ) -> Result<Pause> {
+        let pause = Pause {
+            topic: topic.to_owned(),
+            until,
+            reason: reason.to_owned(),
+            by: by.to_owned(),
+            at: SystemTime::now(),
+        };
+        let (key, value) = command::encode_pause(&pause).map_err(|why| self.invalid(&why))?;
+        self.write(&key, &value, &format!("pausing {topic}")).await?;
+        Ok(pause)
+    }
+
+    /// Pauses `topic` fleet-wide for `duration`.
+    pub async fn pause_for(
+        &self,
+        topic: &str,
+        duration: Duration,
+        reason: &str,
+        by: &str,
+    ) -> Result<Pause> {
+        let until = command::after(SystemTime::now(), duration)
+            .ok_or_else(|| self.invalid(&format!("a pause of {duration:?} ends at no valid time")))?;
+        self.pause(topic, Some(until), reason, by).await
+    }
+
+    /// Resumes `topic` fleet-wide, once the broker has confirmed the command.
+    pub async fn resume(&self, topic: &str, reason: &str, by: &str) -> Result<()> {
+        let (key, value) = command::encode_resume(topic, reason, by, SystemTime::now())
+            .map_err(|why| self.invalid(&why))?;
+        self.write(&key, &value, &format!("resuming {topic}")).await
+    }
+
+    fn invalid(&self, why: &str) -> Error {
+        Error::new(
+            ErrorKind::Config,
+            format!("control topic {}: a command with {why}", self.topic),
+        )
+    }
+
+    async fn write(&self, key: &str, value: &[u8], what: &str) -> Result<()> {
+        let config = producer_config(
+            &self.security,
+            &self.bootstrap,
+            &self.client_id,
+            WRITE_TIMEOUT,
+            &[],
+        )?;
+        let producer = Producer::new(&config, &self.security).map_err(|err| {
+            Error::new(ErrorKind::Config, format!("control topic {}: {err}", self.topic))
+        })?;
+        let what = format!("{what} on control topic {}", self.topic);
+        producer
+            .write(FutureRecord::to(&self.topic).key(key.as_bytes()).payload(value))
+            .await
+            .map_err(|failure| failure.into_error(&what))?;
+        Ok(())
+    }
+
+    /// A consumer of the topic that joins no group.
+    fn consumer(&self) -> Result<BaseConsumer<KafkaContext>> {
+        let mut config = self.security.rdkafka_client_config(&self.bootstrap)?;
+        config
+            .set("client.id", &self.client_id)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "false")
+            .set("auto.offset.reset", "earliest");
+        config
+            .create_with_context(self.security.rdkafka_context())
+            .map_err(|err| {
+                Error::new(
+                    ErrorKind::Config,
+                    format!("control topic {}: cannot create its reader: {err}", self.topic),
+                )
+            })
+    }
+
+    /// Reads the topic from its start to the end it had when the read began, applying every
+    /// command to `sender`; returns the consumer, positioned after them.
+    fn replay(
+        &self,
+        sender: &ControlSender,
+        timeout: Duration,
+    ) -> Result<BaseConsumer<KafkaContext>> {
+        let deadline = Instant::now() + timeout;
+        let consumer = self.consumer()?;
+        let (_, end) = consumer
+            .fetch_watermarks(&self.topic, 0, timeout)
+            .map_err(|err| self.unreadable(&err.to_string(), consumer.context().refusal()))?;
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(&self.topic, 0, Offset::Beginning)
+            .map_err(|err| self.unreadable(&err.to_string(), None))?;
+        consumer
+            .assign(&assignment)
+            .map_err(|err| self.unreadable(&err.to_string(), None))?;
+        let mut next = 0;
+        while next < end {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(self.unreadable(
+                    &format!("read up to offset {next} of {end} within {timeout:?}"),
+                    consumer.context().refusal(),
+                ));
+            }
+            match consumer.poll(left.min(POLL)) {
+                Some(Ok(message)) => {
+                    next = message.offset() + 1;
+                    self.obey(sender, message.key(), message.payload(), message.offset());
+                }
+                Some(Err(err)) => {
+                    if let Some(said) = consumer.context().refusal() {
+                        return Err(self.unreadable(&err.to_string(), Some(said)));
+                    }
+                }
+                None => {}
+            }
+            if let Ok(positions) = consumer.position()
+                && let Some(Offset::Offset(at)) = positions
+                    .find_partition(&self.topic, 0)
+                    .map(|p| p.offset())
+            {
+                next = next.max(at);
+            }
+        }
+        let state = sender.state.borrow().clone();
+        tracing::info!(
+            topic = %self.topic,
+            commands = end,
+            paused = state.pauses(SystemTime::now()).count(),
+            "control topic read"
+        );
+        Ok(consumer)
+    }
+
+    /// Follows the topic until every receiver of `sender` is gone.
+    fn follow_on(&self, consumer: &BaseConsumer<KafkaContext>, sender: &ControlSender) {
+        let mut checked = Instant::now();
+        while !sender.state.is_closed() {
+            match consumer.poll(POLL) {
+                Some(Ok(message)) => {
+                    self.obey(sender, message.key(), message.payload(), message.offset());
+                    sender.set_failure(None);
+                    checked = Instant::now();
+                }
+                Some(Err(err)) => {
+                    let said = consumer.context().refusal().unwrap_or_else(|| err.to_string());
+                    sender.set_failure(Some(format!(
+                        "control topic {} on {}: {said}",
+                        self.topic, self.bootstrap
+                    )));
+                }
+                None => {}
+            }
+            if checked.elapsed() >= CHECK_EVERY {
+                checked = Instant::now();
+                match consumer.fetch_watermarks(&self.topic, 0, CHECK_EVERY) {
+                    Ok(_) => sender.set_failure(None),
+                    Err(err) => sender.set_failure(Some(format!(
+                        "control topic {} on {}: {err}",
+                        self.topic, self.bootstrap
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// Applies the command at `offset`, or logs and counts why it is refused.
+    fn obey(&self, sender: &ControlSender, key: Option<&[u8]>, value: Option<&[u8]>, offset: i64) {
+        match command::decode(key, value) {
+            Ok(command) => {
+                match &command {
+                    Command::Pause(pause) => tracing::info!(
+                        control = %self.topic,
+                        offset,
+                        topic = %pause.topic,
+                        until = ?pause.until.map(humantime::format_rfc3339_seconds),
+                        reason = %pause.reason,
+                        by = %pause.by,
+                        "control: route paused"
+                    ),
+                    Command::Resume { topic } => tracing::info!(
+                        control = %self.topic,
+                        offset,
+                        topic = %topic,
+                        "control: route resumed"
+                    ),
+                }
+                sender.apply(command);
+            }
+            Err(why) => sender.refuse(&format!("{}@{offset}: {why}", self.topic)),
+        }
+    }
+
+    fn unreadable(&self, why: &str, refusal: Option<String>) -> Error {
+        let (kind, why) = match refusal {
+            Some(said) => (ErrorKind::Authentication, said),
+            None => (ErrorKind::Io, why.to_owned()),
+        };
+        Error::new(
+            kind,
+            format!(
+                "control topic {} on {}: cannot read it ({why}); create it with `share-worker setup`, and let the worker's principal read it",
+                self.topic, self.bootstrap
+            ),
+        )
+    }
+}
+
+/// Runs blocking librdkafka calls off the runtime's workers.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(work).await.map_err(|err| {
+        Error::new(ErrorKind::Closed, "the control topic's read was cancelled").with_source(err)
+    })?
+}

@@ -1,0 +1,106 @@
+//! Fleet-wide pauses from the control topic: a route paused there is paused at the source (its
+//! topic and its delay topic) on top of the pauses the dispatcher makes itself.
+
+use std::convert::Infallible;
+use std::time::SystemTime;
+
+use tower::Service;
+
+use crate::control::Controls;
+use crate::source::ShareSource;
+use crate::{Job, Outcome};
+
+use super::Dispatcher;
+
+/// The controls a dispatcher follows, and what it made of them.
+pub(super) struct Control {
+    controls: Option<Controls>,
+    /// Which routes the controls pause now.
+    paused: Vec<bool>,
+    /// Which routes' topics are paused at the source (full, or paused by the controls).
+    told: Vec<bool>,
+    /// When the controls are looked at again without a change: the end of the next timed pause
+    /// (at the start, at once).
+    next_look: Option<SystemTime>,
+}
+
+impl Control {
+    pub(super) fn new(controls: Option<Controls>, routes: usize) -> Self {
+        Self {
+            next_look: controls.as_ref().map(|_| SystemTime::UNIX_EPOCH),
+            controls,
+            paused: vec![false; routes],
+            told: vec![false; routes],
+        }
+    }
+
+    /// Whether the controls pause route `route` now.
+    pub(super) fn pauses(&self, route: usize) -> bool {
+        self.paused.get(route).copied().unwrap_or(false)
+    }
+}
+
+impl<S, Svc> Dispatcher<'_, S, Svc>
+where
+    S: ShareSource,
+    Svc: Service<Job, Response = Outcome, Error = Infallible>,
+    Svc::Future: Send + 'static,
+{
+    /// Follows the controls: on a change, or when a timed pause ends, pauses and resumes the
+    /// routes they name. Returns whether a route changed.
+    pub(super) fn follow_controls(&mut self) -> bool {
+        let Some(controls) = self.control.controls.as_mut() else {
+            return false;
+        };
+        let changed = controls.changed();
+        let wall = SystemTime::now();
+        let due = self.control.next_look.is_some_and(|at| wall >= at);
+        if changed.is_none() && !due {
+            return false;
+        }
+        let state = changed.unwrap_or_else(|| controls.state());
+        self.control.next_look = state.next_expiry(wall);
+        let mut moved = false;
+        for route in 0..self.routes.len() {
+            let Some(topic) = self.routes.topic(route).cloned() else {
+                continue;
+            };
+            let pause = state.paused(&topic, wall);
+            if pause.is_some() == self.control.pauses(route) {
+                continue;
+            }
+            self.control.paused[route] = pause.is_some();
+            match pause {
+                Some(pause) => tracing::info!(
+                    topic = &*topic,
+                    reason = %pause.reason,
+                    by = %pause.by,
+                    until = ?pause.until.map(humantime::format_rfc3339_seconds),
+                    "route paused fleet-wide: no more fetches of its records"
+                ),
+                None => tracing::info!(topic = &*topic, "route resumed fleet-wide"),
+            }
+            self.observer.metrics.route_paused(&topic, pause.is_some());
+            self.sync_route_pause(route);
+            self.sync_delay_pause(route);
+            moved = true;
+        }
+        moved
+    }
+
+    /// Pauses or resumes route `route`'s topic at the source: paused while the route holds its
+    /// full share of the slots, or while the controls pause it.
+    pub(super) fn sync_route_pause(&mut self, route: usize) {
+        let paused = self.routes.is_full(route) || self.control.pauses(route);
+        let (Some(topic), Some(told)) = (
+            self.routes.topic(route).cloned(),
+            self.control.told.get_mut(route),
+        ) else {
+            return;
+        };
+        if *told != paused {
+            *told = paused;
+            self.source.pause(&topic, paused);
+        }
+    }
+}
