@@ -26,6 +26,8 @@ mod docs {
     struct Security;
     #[doc = include_str!("../../docs/observability.md")]
     struct Observability;
+    #[doc = include_str!("../../docs/control.md")]
+    struct Control;
 }
 
 pub mod secured;

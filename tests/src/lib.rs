@@ -269,6 +269,23 @@ pub async fn produce<V: AsRef<[u8]>>(
     Ok(count)
 }
 
+/// Writes one record with `key` and `value` to `topic` and waits for the broker's confirmation.
+pub async fn produce_keyed(
+    producer: &FutureProducer,
+    topic: &str,
+    key: &str,
+    value: &str,
+) -> anyhow::Result<()> {
+    producer
+        .send(
+            FutureRecord::to(topic).key(key).payload(value),
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|(err, _)| anyhow::anyhow!("producing to {topic}: {err}"))?;
+    Ok(())
+}
+
 /// Checks `condition` every 50 ms until it holds, failing once `limit` has passed: how tests wait
 /// for something to happen, instead of sleeping a fixed time.
 pub async fn wait_for(

@@ -16,6 +16,7 @@ compile_error!("share-worker needs panic = \"unwind\": it catches panics on untr
 mod activity;
 mod check;
 pub mod config;
+mod control;
 mod handlers;
 mod librdkafka;
 mod otel;
@@ -72,6 +73,11 @@ enum Command {
     /// Dead-letter topic tools.
     #[command(subcommand)]
     Dlq(DlqCommand),
+    /// Pause a route fleet-wide: no worker of the group fetches its records until `resume` (or
+    /// `--for` ends); running handlers finish.
+    Pause(control::PauseArgs),
+    /// Resume a route paused fleet-wide.
+    Resume(control::ResumeArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -151,6 +157,14 @@ pub fn main() -> ExitCode {
         Command::Dlq(DlqCommand::Replay(args)) => runtime.block_on(async {
             let config = load(args.config())?;
             replay::replay(&config, &args).await
+        }),
+        Command::Pause(args) => runtime.block_on(async {
+            let config = load(&args.config)?;
+            control::pause(&config, &args).await
+        }),
+        Command::Resume(args) => runtime.block_on(async {
+            let config = load(&args.config)?;
+            control::resume(&config, &args).await
         }),
         Command::Produce(args) => {
             init_logs(LogFormat::Pretty);

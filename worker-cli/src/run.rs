@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::config::{Config, LogFormat};
+use crate::config::{Config, LogFormat, OnUnreadable};
 use anyhow::Context;
 use opentelemetry::metrics::Meter;
 use tokio::net::TcpListener;
@@ -108,6 +108,9 @@ pub(crate) async fn run(
     if config.delay.is_some() {
         builder = builder.delay(config.job_producer()?);
     }
+    if let Some(controls) = follow_controls(&config).await? {
+        builder = builder.controls(controls);
+    }
     for (section, handler) in routes {
         builder = builder.add_route(config.route(section, handler.into_service(activity.clone())));
     }
@@ -195,6 +198,29 @@ async fn watch_idle(
             tracing::info!(?idle, "idle: shutting down");
             shutdown.shutdown();
             return;
+        }
+    }
+}
+
+/// The group's controls, with `[control]`: read to the end before the worker starts, so that a
+/// route paused fleet-wide is not fetched even once. A control topic that cannot be read stops
+/// the start (`control.on-unreadable = "refuse"`) or is said and left out.
+async fn follow_controls(
+    config: &Config,
+) -> anyhow::Result<Option<worker_core::control::Controls>> {
+    let Some(section) = &config.control else {
+        return Ok(None);
+    };
+    let topic = config.control_topic()?;
+    match topic.follow(section.read_timeout).await {
+        Ok(controls) => Ok(Some(controls)),
+        Err(err) if section.on_unreadable == OnUnreadable::Refuse => Err(anyhow::Error::new(err)
+            .context(
+                "control.on-unreadable = \"refuse\": not starting without the group's controls",
+            )),
+        Err(err) => {
+            tracing::warn!(error = %err, "starting without the group's controls (control.on-unreadable = \"start-without\"): pauses are not obeyed");
+            Ok(None)
         }
     }
 }

@@ -40,6 +40,28 @@ pub(crate) async fn setup(
             .with_context(|| format!("creating topic {topic}"))?;
         println!("topic {topic}: created ({partitions} partitions, replication {replication})");
     }
+    if config.control.is_some() {
+        let topic = config.control_topic_name();
+        match existing.get(&topic) {
+            Some(n) => println!("topic {topic}: exists ({n} partitions)"),
+            None => {
+                // One partition: every worker reads every command, in order. Compacted: the
+                // last command of each key is the state, so the topic stays small.
+                admin
+                    .create_topic_with_configs(
+                        &topic,
+                        1,
+                        replication,
+                        &[("cleanup.policy", "compact")],
+                    )
+                    .await
+                    .with_context(|| format!("creating control topic {topic}"))?;
+                println!(
+                    "topic {topic}: created (control topic: 1 partition, compacted, replication {replication})"
+                );
+            }
+        }
+    }
     let group = &config.worker.group;
     let reset = config.worker.auto_offset_reset.as_str();
     admin

@@ -74,10 +74,11 @@ use worker_core::{Error, ErrorKind, Job, Outcome, Result, WorkerBuilder};
 pub use env::ENV_PREFIX;
 pub use error::ConfigError;
 pub use model::{
-    Config, DEFAULT_DLQ_TOPIC, DEFAULT_ENV_PASS, DEFAULT_ROUTE_TIMEOUT, DelaySection, DlqMode,
-    DlqSection, HandlerKind, KafkaSection, LogFormat, MIN_UI_TOKEN_CHARS, OauthSection,
-    OffsetReset, OnRedirect, RECORD_ENV_PREFIX, RetrySection, RouteSection, SaslMechanism,
-    SaslSection, TelemetrySection, TlsSection, UiSection, WorkerSection,
+    Config, ControlSection, DEFAULT_DLQ_TOPIC, DEFAULT_ENV_PASS, DEFAULT_ROUTE_TIMEOUT,
+    DelaySection, DlqMode, DlqSection, HandlerKind, KafkaSection, LogFormat, MIN_UI_TOKEN_CHARS,
+    OauthSection, OffsetReset, OnRedirect, OnUnreadable, RECORD_ENV_PREFIX, RetrySection,
+    RouteSection, SaslMechanism, SaslSection, TelemetrySection, TlsSection, UiSection,
+    WorkerSection,
 };
 
 use env::EnvOverride;
@@ -173,6 +174,26 @@ impl Config {
             }
         }
         out
+    }
+
+    /// The group's control topic: `control.topic` with `{group}` replaced, or `{group}.control`
+    /// without a `[control]` table (what `pause` and `resume` write to either way).
+    pub fn control_topic_name(&self) -> String {
+        let template = self
+            .control
+            .as_ref()
+            .map_or("{group}.control", |c| c.topic.as_str());
+        template.replace("{group}", &self.worker.group)
+    }
+
+    /// The group's control topic on these brokers, secured by [`Config::security`].
+    pub fn control_topic(&self) -> Result<worker_core::control::ControlTopic> {
+        Ok(worker_core::control::ControlTopic::new(
+            self.kafka.bootstrap.clone(),
+            self.control_topic_name(),
+        )
+        .client_id(format!("{}-control", self.kafka.client_id))
+        .security(self.security()?))
     }
 
     /// The delay topics of the routes (empty without `[delay]`).

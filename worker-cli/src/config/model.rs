@@ -30,6 +30,10 @@ pub struct Config {
     /// `[delay]`: the delay topics; without this table every wait is held in the worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay: Option<DelaySection>,
+    /// `[control]`: the group's control topic (fleet-wide pauses); without this table the worker
+    /// follows no controls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control: Option<ControlSection>,
     /// `[telemetry]`: logs and the HTTP listener.
     #[serde(default)]
     pub telemetry: TelemetrySection,
@@ -286,6 +290,34 @@ pub struct DelaySection {
     /// delay topic.
     #[serde(default = "default_max_hold", with = "duration")]
     pub max_hold: Duration,
+}
+
+/// `[control]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[non_exhaustive]
+pub struct ControlSection {
+    /// The control topic (default `{group}.control`; `{group}` is replaced).
+    #[serde(default = "default_control_topic")]
+    pub topic: String,
+    /// What a worker does when it cannot read the control topic at start: `refuse` to start
+    /// (the default) or `start-without` controls.
+    #[serde(default)]
+    pub on_unreadable: OnUnreadable,
+    /// How long reading the control topic at start may take (default 10s).
+    #[serde(default = "default_control_read_timeout", with = "duration")]
+    pub read_timeout: Duration,
+}
+
+/// What a worker does when it cannot read its control topic at start (`control.on-unreadable`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnUnreadable {
+    /// It does not start: a worker that cannot see a pause would fetch a paused route.
+    #[default]
+    Refuse,
+    /// It starts with no controls, and says so.
+    StartWithout,
 }
 
 impl DlqSection {
@@ -633,6 +665,12 @@ fn default_ui_sample_every() -> Duration {
 pub const DEFAULT_DLQ_TOPIC: &str = "{topic}.dlq";
 fn default_delay_topic() -> String {
     worker_core::delay::DEFAULT_TEMPLATE.to_owned()
+}
+fn default_control_topic() -> String {
+    "{group}.control".to_owned()
+}
+fn default_control_read_timeout() -> Duration {
+    Duration::from_secs(10)
 }
 fn default_max_hold() -> Duration {
     defaults::MAX_HOLD

@@ -94,6 +94,30 @@ pub(crate) fn check(config: &Config) -> Result<(), Invalid> {
         }
         checks::above_zero(delay.max_hold).map_err(at(&["delay", "max-hold"]))?;
     }
+    if let Some(control) = &config.control {
+        let topic = config.control_topic_name();
+        let valid = !topic.is_empty()
+            && topic.len() <= 249
+            && topic
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if !valid || control.topic.replace("{group}", "").contains(['{', '}']) {
+            return Err(bad(
+                &["control", "topic"],
+                format!(
+                    "{:?} is not a topic name (letters, digits, `.`, `_`, `-`; `{{group}}` is replaced)",
+                    control.topic
+                ),
+            ));
+        }
+        if config.topics().any(|t| t == topic) {
+            return Err(bad(
+                &["control", "topic"],
+                format!("{topic} is a route topic: the control topic needs a topic of its own"),
+            ));
+        }
+        checks::above_zero(control.read_timeout).map_err(at(&["control", "read-timeout"]))?;
+    }
     check_rate(&["worker"], "rate", worker.rate, "burst", worker.burst)?;
     check_telemetry(config)?;
     if config.routes.is_empty() {

@@ -7,6 +7,7 @@ mod support;
 
 mod broker_dlq;
 mod check;
+mod control;
 mod handlers;
 mod https;
 mod jobs;

@@ -135,8 +135,8 @@ pub(crate) fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Command
             value.len()
         ));
     }
-    let value: Value =
-        serde_json::from_slice(value).map_err(|err| format!("a value that is not a command: {err}"))?;
+    let value: Value = serde_json::from_slice(value)
+        .map_err(|err| format!("a value that is not a command: {err}"))?;
     if value.v != VERSION {
         return Err(format!("version {} (this worker reads {VERSION})", value.v));
     }
@@ -153,7 +153,11 @@ pub(crate) fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Command
     match value.command.as_str() {
         "pause" => Ok(Command::Pause(Pause {
             topic: value.topic,
-            until: value.until.as_deref().map(|t| parse_time("until", t)).transpose()?,
+            until: value
+                .until
+                .as_deref()
+                .map(|t| parse_time("until", t))
+                .transpose()?,
             reason: value.reason,
             by: value.by,
             at,
@@ -179,7 +183,9 @@ fn check_topic(topic: &str) -> Result<(), String> {
 fn check_text(name: &str, text: &str) -> Result<(), String> {
     let chars = text.chars().count();
     if chars > MAX_TEXT_CHARS {
-        return Err(format!("a {name} of {chars} characters (at most {MAX_TEXT_CHARS})"));
+        return Err(format!(
+            "a {name} of {chars} characters (at most {MAX_TEXT_CHARS})"
+        ));
     }
     Ok(())
 }
@@ -231,7 +237,8 @@ mod tests {
             decode(Some(key.as_bytes()), Some(&value)),
             Ok(Command::Pause(pause("sms")))
         );
-        let (key, value) = encode_resume("sms", "fixed", "bob", at(1_800_000_100)).expect("encodes");
+        let (key, value) =
+            encode_resume("sms", "fixed", "bob", at(1_800_000_100)).expect("encodes");
         assert_eq!(
             decode(Some(key.as_bytes()), Some(&value)),
             Ok(Command::Resume {
@@ -262,17 +269,44 @@ mod tests {
             (Some(b"pause/../etc"), Some(good.clone()), "invalid topic"),
             (Some(b"pause/"), Some(good.clone()), "invalid topic"),
             (Some(b"pause/emails"), Some(good.clone()), "the key names"),
-            (Some(b"pause/sms"), Some(b"{not json".to_vec()), "not a command"),
-            (Some(b"pause/sms"), Some(vec![b' '; MAX_VALUE_BYTES + 1]), "bytes"),
+            (
+                Some(b"pause/sms"),
+                Some(b"{not json".to_vec()),
+                "not a command",
+            ),
+            (
+                Some(b"pause/sms"),
+                Some(vec![b' '; MAX_VALUE_BYTES + 1]),
+                "bytes",
+            ),
             (Some(b"pause/sms"), Some(with("v", 2.into())), "version 2"),
-            (Some(b"pause/sms"), Some(with("command", "drop".into())), "unknown command"),
-            (Some(b"pause/sms"), Some(with("until", "tomorrow".into())), "RFC 3339"),
-            (Some(b"pause/sms"), Some(with("reason", "x".repeat(300).into())), "characters"),
-            (Some(b"pause/sms"), Some(with("extra", 1.into())), "not a command"),
+            (
+                Some(b"pause/sms"),
+                Some(with("command", "drop".into())),
+                "unknown command",
+            ),
+            (
+                Some(b"pause/sms"),
+                Some(with("until", "tomorrow".into())),
+                "RFC 3339",
+            ),
+            (
+                Some(b"pause/sms"),
+                Some(with("reason", "x".repeat(300).into())),
+                "characters",
+            ),
+            (
+                Some(b"pause/sms"),
+                Some(with("extra", 1.into())),
+                "not a command",
+            ),
         ];
         for (key, value, expected) in cases {
             let refused = decode(key, value.as_deref()).expect_err(expected);
-            assert!(refused.contains(expected), "{expected:?} not in {refused:?}");
+            assert!(
+                refused.contains(expected),
+                "{expected:?} not in {refused:?}"
+            );
         }
     }
 

@@ -25,6 +25,7 @@ mod state;
 #[cfg(feature = "rdkafka")]
 mod topic;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -81,6 +82,17 @@ impl Controls {
             self.reading.obeyed.load(Ordering::Relaxed),
             self.reading.refused.load(Ordering::Relaxed),
         )
+    }
+
+    /// Resolves at the next change of the state after this call (never, once nothing can change
+    /// it any more): what wakes a worker's loop.
+    pub(crate) fn next_change(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+        let mut state = self.state.clone();
+        Box::pin(async move {
+            if state.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        })
     }
 
     /// The state, when it changed since the last call.

@@ -23,7 +23,9 @@ impl ControlState {
 
     /// Every pause in force at `now`, by topic.
     pub fn pauses(&self, now: SystemTime) -> impl Iterator<Item = &Pause> {
-        self.pauses.values().filter(move |pause| pause.in_force(now))
+        self.pauses
+            .values()
+            .filter(move |pause| pause.in_force(now))
     }
 
     /// When the next timed pause ends after `now`, if one does.
@@ -98,11 +100,17 @@ mod tests {
     fn pauses_beyond_the_bound_are_refused_but_known_routes_still_change() {
         let mut state = ControlState::default();
         for n in 0..MAX_PAUSES {
-            state.apply(pause(&format!("t{n}"), None)).expect("within the bound");
+            state
+                .apply(pause(&format!("t{n}"), None))
+                .expect("within the bound");
         }
-        let refused = state.apply(pause("one-more", None)).expect_err("beyond the bound");
+        let refused = state
+            .apply(pause("one-more", None))
+            .expect_err("beyond the bound");
         assert!(refused.contains("refused"), "{refused}");
-        state.apply(pause("t0", Some(5))).expect("a known route changes");
+        state
+            .apply(pause("t0", Some(5)))
+            .expect("a known route changes");
         assert_eq!(state.paused("t0", at(1)).and_then(|p| p.until), Some(at(5)));
     }
 }

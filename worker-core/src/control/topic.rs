@@ -114,7 +114,8 @@ impl ControlTopic {
             at: SystemTime::now(),
         };
         let (key, value) = command::encode_pause(&pause).map_err(|why| self.invalid(&why))?;
-        self.write(&key, &value, &format!("pausing {topic}")).await?;
+        self.write(&key, &value, &format!("pausing {topic}"))
+            .await?;
         Ok(pause)
     }
 
@@ -126,8 +127,9 @@ impl ControlTopic {
         reason: &str,
         by: &str,
     ) -> Result<Pause> {
-        let until = command::after(SystemTime::now(), duration)
-            .ok_or_else(|| self.invalid(&format!("a pause of {duration:?} ends at no valid time")))?;
+        let until = command::after(SystemTime::now(), duration).ok_or_else(|| {
+            self.invalid(&format!("a pause of {duration:?} ends at no valid time"))
+        })?;
         self.pause(topic, Some(until), reason, by).await
     }
 
@@ -154,11 +156,18 @@ impl ControlTopic {
             &[],
         )?;
         let producer = Producer::new(&config, &self.security).map_err(|err| {
-            Error::new(ErrorKind::Config, format!("control topic {}: {err}", self.topic))
+            Error::new(
+                ErrorKind::Config,
+                format!("control topic {}: {err}", self.topic),
+            )
         })?;
         let what = format!("{what} on control topic {}", self.topic);
         producer
-            .write(FutureRecord::to(&self.topic).key(key.as_bytes()).payload(value))
+            .write(
+                FutureRecord::to(&self.topic)
+                    .key(key.as_bytes())
+                    .payload(value),
+            )
             .await
             .map_err(|failure| failure.into_error(&what))?;
         Ok(())
@@ -178,7 +187,10 @@ impl ControlTopic {
             .map_err(|err| {
                 Error::new(
                     ErrorKind::Config,
-                    format!("control topic {}: cannot create its reader: {err}", self.topic),
+                    format!(
+                        "control topic {}: cannot create its reader: {err}",
+                        self.topic
+                    ),
                 )
             })
     }
@@ -224,9 +236,8 @@ impl ControlTopic {
                 None => {}
             }
             if let Ok(positions) = consumer.position()
-                && let Some(Offset::Offset(at)) = positions
-                    .find_partition(&self.topic, 0)
-                    .map(|p| p.offset())
+                && let Some(Offset::Offset(at)) =
+                    positions.find_partition(&self.topic, 0).map(|p| p.offset())
             {
                 next = next.max(at);
             }
@@ -252,7 +263,10 @@ impl ControlTopic {
                     checked = Instant::now();
                 }
                 Some(Err(err)) => {
-                    let said = consumer.context().refusal().unwrap_or_else(|| err.to_string());
+                    let said = consumer
+                        .context()
+                        .refusal()
+                        .unwrap_or_else(|| err.to_string());
                     sender.set_failure(Some(format!(
                         "control topic {} on {}: {said}",
                         self.topic, self.bootstrap
@@ -316,7 +330,9 @@ impl ControlTopic {
 }
 
 /// Runs blocking librdkafka calls off the runtime's workers.
-async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
     tokio::task::spawn_blocking(work).await.map_err(|err| {
         Error::new(ErrorKind::Closed, "the control topic's read was cancelled").with_source(err)
     })?

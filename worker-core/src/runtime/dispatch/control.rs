@@ -2,6 +2,9 @@
 //! topic and its delay topic) on top of the pauses the dispatcher makes itself.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Context;
 use std::time::SystemTime;
 
 use tower::Service;
@@ -15,6 +18,8 @@ use super::Dispatcher;
 /// The controls a dispatcher follows, and what it made of them.
 pub(super) struct Control {
     controls: Option<Controls>,
+    /// Wakes the loop when the controls change.
+    wake: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// Which routes the controls pause now.
     paused: Vec<bool>,
     /// Which routes' topics are paused at the source (full, or paused by the controls).
@@ -28,6 +33,7 @@ impl Control {
     pub(super) fn new(controls: Option<Controls>, routes: usize) -> Self {
         Self {
             next_look: controls.as_ref().map(|_| SystemTime::UNIX_EPOCH),
+            wake: controls.as_ref().map(Controls::next_change),
             controls,
             paused: vec![false; routes],
             told: vec![false; routes],
@@ -48,10 +54,15 @@ where
 {
     /// Follows the controls: on a change, or when a timed pause ends, pauses and resumes the
     /// routes they name. Returns whether a route changed.
-    pub(super) fn follow_controls(&mut self) -> bool {
+    pub(super) fn follow_controls(&mut self, cx: &mut Context<'_>) -> bool {
         let Some(controls) = self.control.controls.as_mut() else {
             return false;
         };
+        while let Some(wake) = self.control.wake.as_mut()
+            && wake.as_mut().poll(cx).is_ready()
+        {
+            self.control.wake = Some(controls.next_change());
+        }
         let changed = controls.changed();
         let wall = SystemTime::now();
         let due = self.control.next_look.is_some_and(|at| wall >= at);

@@ -376,7 +376,7 @@ where
         for _ in 0..BUDGET {
             let now = Instant::now();
             // Before any fetch: a route paused fleet-wide is not fetched from.
-            let mut progress = self.follow_controls();
+            let mut progress = self.follow_controls(cx);
             // Handlers that ended first (their records need no renewal any more), then the
             // renewals: after a stall they are what keeps the locks.
             progress |= self.join_finished(cx, now);

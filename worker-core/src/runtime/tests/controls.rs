@@ -55,9 +55,11 @@ async fn a_paused_route_is_not_fetched_until_it_is_resumed() {
 
     sender.resume("sms");
     let b = broker.clone();
-    wait_until(Duration::from_secs(30), "the sms after the resume", move || {
-        states(&b, "sms", 20, RecordState::Acknowledged)
-    })
+    wait_until(
+        Duration::from_secs(30),
+        "the sms after the resume",
+        move || states(&b, "sms", 20, RecordState::Acknowledged),
+    )
     .await;
     shutdown.shutdown();
     let summary = run.await.unwrap().unwrap();
@@ -102,13 +104,19 @@ async fn records_acquired_before_a_pause_finish_and_none_is_released() {
     sender.pause(pause("sms", None));
     tokio::time::sleep(Duration::from_secs(120)).await;
     let counts = broker.counts();
-    assert_eq!(counts.acquired, 0, "everything acquired finished: {counts:?}");
+    assert_eq!(
+        counts.acquired, 0,
+        "everything acquired finished: {counts:?}"
+    );
     let handled = started.load(Ordering::SeqCst);
     assert_eq!(
         counts.acknowledged, handled,
         "every record acquired ran and was accepted: {counts:?}"
     );
-    assert!(handled < 50, "fetching stopped at the pause ({handled} handled)");
+    assert!(
+        handled < 50,
+        "fetching stopped at the pause ({handled} handled)"
+    );
     assert_eq!(broker.stats().releases, 0, "a pause releases nothing");
     assert_eq!(broker.stats().lock_expiries, 0);
     shutdown.shutdown();
@@ -135,11 +143,16 @@ async fn a_timed_pause_ends_by_itself() {
     let shutdown = worker.shutdown_handle();
     let run = tokio::spawn(worker.run());
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(states(&broker, "sms", 10, RecordState::Available), "still paused");
+    assert!(
+        states(&broker, "sms", 10, RecordState::Available),
+        "still paused"
+    );
     let b = broker.clone();
-    wait_until(Duration::from_secs(5), "the sms after the pause ended", move || {
-        states(&b, "sms", 10, RecordState::Acknowledged)
-    })
+    wait_until(
+        Duration::from_secs(5),
+        "the sms after the pause ended",
+        move || states(&b, "sms", 10, RecordState::Acknowledged),
+    )
     .await;
     shutdown.shutdown();
     run.await.unwrap().unwrap();
