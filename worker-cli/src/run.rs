@@ -109,6 +109,9 @@ pub(crate) async fn run(
         builder = builder.delay(config.job_producer()?);
     }
     if let Some(controls) = follow_controls(&config).await? {
+        if let Some(telemetry) = &telemetry {
+            telemetry.attach_controls(controls.clone());
+        }
         builder = builder.controls(controls);
     }
     for (section, handler) in routes {

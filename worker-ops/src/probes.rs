@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use axum::Router;
 use axum::body::HttpBody;
@@ -13,6 +13,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tower_http::timeout::TimeoutLayer;
+use worker_core::control::Controls;
 use worker_core::kafka::KafkaSource;
 use worker_core::runtime::WorkerHealth;
 
@@ -37,6 +38,8 @@ pub struct Probes {
 struct Inner {
     /// Set once the worker is built; until then it is joining its group.
     worker: OnceLock<Box<dyn WorkerState>>,
+    /// The group's fleet-wide controls, once the worker follows them: shown by `/readyz`.
+    controls: OnceLock<Controls>,
     checks: Vec<ReadinessCheck>,
     registry: Option<prometheus::Registry>,
 }
@@ -110,6 +113,7 @@ impl ProbesBuilder {
         Probes {
             inner: Arc::new(Inner {
                 worker: OnceLock::new(),
+                controls: OnceLock::new(),
                 checks: self.checks,
                 registry: self.registry,
             }),
@@ -148,6 +152,41 @@ impl Probes {
             health,
             source: Some(source),
         })
+    }
+
+    /// `/readyz` also shows the group's fleet-wide controls the worker follows: the routes
+    /// paused (information: a worker with a paused route is still ready) and a control topic that
+    /// cannot be read any more (the worker keeps obeying the last state read). Only the first
+    /// call counts: `false` for any later one.
+    pub fn attach_controls(&self, controls: Controls) -> bool {
+        self.inner.controls.set(controls).is_ok()
+    }
+
+    /// What `/readyz` adds to "ready": one line per route paused fleet-wide, and one if the
+    /// control topic cannot be read. Reason and issuer come from the control topic: escaped.
+    fn notes(&self) -> String {
+        let Some(controls) = self.inner.controls.get() else {
+            return String::new();
+        };
+        let mut out = String::new();
+        let state = controls.state();
+        for pause in state.pauses(SystemTime::now()) {
+            let until = pause.until.map_or_else(
+                || "until resumed".to_owned(),
+                |t| format!("until {}", humantime::format_rfc3339_seconds(t)),
+            );
+            out.push_str(&format!(
+                "paused fleet-wide: {} ({until}; {:?} by {:?})\n",
+                pause.topic, pause.reason, pause.by
+            ));
+        }
+        if let Some(failure) = controls.read_failure() {
+            out.push_str(&format!(
+                "control topic unreadable, the last state read is obeyed: {}\n",
+                failure.escape_debug()
+            ));
+        }
+        out
     }
 
     fn set(&self, worker: impl WorkerState) -> bool {
@@ -209,7 +248,10 @@ async fn healthz(State(probes): State<Probes>) -> Response {
 }
 
 async fn readyz(State(probes): State<Probes>) -> Response {
-    answer(probes.readiness(), "ready\n")
+    match probes.readiness() {
+        Ok(()) => (StatusCode::OK, format!("ready\n{}", probes.notes())).into_response(),
+        result => answer(result, "ready\n"),
+    }
 }
 
 async fn metrics(State(probes): State<Probes>) -> Response {
@@ -427,6 +469,38 @@ mod tests {
         let app = app(Some(Fake::default()), Ok(()));
         assert_eq!(
             get(app, "/readyz").await,
+            (StatusCode::OK, "ready\n".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn readyz_shows_the_routes_paused_fleet_wide_and_stays_ready() {
+        let probes = Probes::builder().build();
+        assert!(probes.set(Fake::default()));
+        let (controls, sender) = Controls::manual();
+        assert!(probes.attach_controls(controls));
+        assert_eq!(
+            get(probes.router(), "/readyz").await,
+            (StatusCode::OK, "ready\n".into()),
+            "nothing paused"
+        );
+        sender.pause(worker_core::control::Pause {
+            topic: "sms".to_owned(),
+            until: None,
+            reason: "provider\noutage".to_owned(),
+            by: "ops".to_owned(),
+            at: SystemTime::now(),
+        });
+        let (status, body) = get(probes.router(), "/readyz").await;
+        assert_eq!(status, StatusCode::OK, "a paused route is information");
+        assert_eq!(
+            body,
+            "ready\npaused fleet-wide: sms (until resumed; \"provider\\noutage\" by \"ops\")\n",
+            "one line per pause, its text escaped"
+        );
+        sender.resume("sms");
+        assert_eq!(
+            get(probes.router(), "/readyz").await,
             (StatusCode::OK, "ready\n".into())
         );
     }

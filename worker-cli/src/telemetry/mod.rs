@@ -87,6 +87,11 @@ impl TelemetryServer {
         }
     }
 
+    /// From now on `/readyz` shows the group's fleet-wide controls the worker follows.
+    pub(crate) fn attach_controls(&self, controls: worker_core::control::Controls) {
+        let _ = self.probes.attach_controls(controls);
+    }
+
     /// From now on the probes report on this worker (until then: alive, not ready).
     pub(crate) fn attach(&self, health: WorkerHealth, source: KafkaSource) {
         if let Some(dashboard) = &self.dashboard {

@@ -158,21 +158,18 @@ async fn a_pause_holds_for_every_worker_of_the_group_across_restarts_until_it_is
 
     let out = share_worker(&["resume", "--config", cfg, "--topic", &topic], &[]).await;
     assert_ok(&out, "resume");
-    let resumed = Instant::now();
     tests::wait_for(
-        "a record after the resume",
-        Duration::from_secs(30),
+        "a record within 2 s of the resume",
+        OBEYED_WITHIN,
         async || Ok(handled(&seen) > 30),
     )
     .await
     .expect("the fleet resumes");
-    let first = resumed.elapsed();
     tests::wait_for("every record", Duration::from_secs(60), async || {
         Ok(handled(&seen) >= 60)
     })
     .await
     .expect("the fleet drains the route");
-    eprintln!("first record {first:?} after the resume");
 
     // A timed pause ends by itself.
     let out = share_worker(

@@ -262,7 +262,8 @@ mod tests {
             json[field] = value;
             serde_json::to_vec(&json).expect("json")
         };
-        let cases: Vec<(Option<&[u8]>, Option<Vec<u8>>, &str)> = vec![
+        type Case<'a> = (Option<&'a [u8]>, Option<Vec<u8>>, &'a str);
+        let cases: Vec<Case<'_>> = vec![
             (None, Some(good.clone()), "without a key"),
             (Some(b"\xff\xfe"), Some(good.clone()), "not UTF-8"),
             (Some(b"drop/sms"), Some(good.clone()), "unknown key"),

@@ -17,6 +17,9 @@ use crate::{Error, ErrorKind, Result};
 const POLL: Duration = Duration::from_millis(200);
 /// How often the follower checks that the topic can still be read, while no command comes.
 const CHECK_EVERY: Duration = Duration::from_secs(5);
+/// The reader's group id: librdkafka needs one for `assign`; it is never joined and no offset
+/// is ever committed to it (the reader starts at the beginning every time).
+const READER_GROUP: &str = "share-worker-control-reader";
 /// How long a command's write may take.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -178,6 +181,7 @@ impl ControlTopic {
         let mut config = self.security.rdkafka_client_config(&self.bootstrap)?;
         config
             .set("client.id", &self.client_id)
+            .set("group.id", READER_GROUP)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("enable.partition.eof", "false")
