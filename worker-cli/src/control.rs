@@ -56,14 +56,11 @@ pub(crate) async fn pause(config: &Config, args: &PauseArgs) -> anyhow::Result<(
         }
         None => topic.pause(&args.topic, None, &args.reason, &by).await?,
     };
-    let until = pause.until.map_or_else(
-        || "until resumed".to_owned(),
-        |t| format!("until {}", humantime::format_rfc3339_seconds(t)),
-    );
     println!(
-        "{} paused for group {} ({until}): control topic {}",
+        "{} paused for group {} ({}): control topic {}",
         args.topic,
         config.worker.group,
+        pause.until_text(),
         topic.name()
     );
     Ok(())

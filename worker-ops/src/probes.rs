@@ -171,13 +171,12 @@ impl Probes {
         let mut out = String::new();
         let state = controls.state();
         for pause in state.pauses(SystemTime::now()) {
-            let until = pause.until.map_or_else(
-                || "until resumed".to_owned(),
-                |t| format!("until {}", humantime::format_rfc3339_seconds(t)),
-            );
             out.push_str(&format!(
-                "paused fleet-wide: {} ({until}; {:?} by {:?})\n",
-                pause.topic, pause.reason, pause.by
+                "paused fleet-wide: {} ({}; {:?} by {:?})\n",
+                pause.topic,
+                pause.until_text(),
+                pause.reason,
+                pause.by
             ));
         }
         if let Some(failure) = controls.read_failure() {

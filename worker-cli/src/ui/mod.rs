@@ -20,6 +20,7 @@
 //!   HTTPS, the `Host` allow-list and its connection limits.
 
 mod charts;
+mod controls;
 mod dlq_index;
 mod guard;
 mod jobs;
@@ -194,6 +195,8 @@ pub(crate) struct Dashboard {
     samples: Arc<Mutex<Samples>>,
     dlq: Arc<Vec<DlqIndex>>,
     jobs: Jobs,
+    /// The routes' fleet-wide pauses, with `[control]`.
+    controls: controls::RouteControls,
     reads: BlockingReads,
     every: Duration,
     sampler: JoinHandle<()>,
@@ -259,8 +262,10 @@ impl Dashboard {
             every,
             samples.clone(),
         );
+        let controls = controls::RouteControls::start(&config)?;
         Ok(Arc::new(Self {
             guard: Guard::new(token, config.ui.allow_actions, https),
+            controls,
             throttle: Throttle::default(),
             config,
             security,
@@ -346,6 +351,15 @@ pub(crate) fn router(dashboard: Arc<Dashboard>) -> Router {
         .route("/ui/dlq/{topic}/confirm", get(confirm))
         .route("/ui/dlq/{topic}/act", axum::routing::post(act))
         .route("/ui/dlq/{topic}/{partition}/{offset}", get(letter))
+        .route("/ui/live/routes", get(controls::live))
+        .route(
+            "/ui/routes/{topic}/pause",
+            get(controls::confirm).post(controls::pause),
+        )
+        .route(
+            "/ui/routes/{topic}/resume",
+            axum::routing::post(controls::resume),
+        )
         .route("/ui/jobs/{id}", get(job))
         .route("/ui/live/jobs/{id}", get(job_live))
         .route_layer(middleware::from_fn_with_state(dashboard.clone(), admit));

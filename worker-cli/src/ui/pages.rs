@@ -88,7 +88,7 @@ pub(crate) fn login(chrome: &Chrome<'_>, csrf: &str, why: Option<&str>) -> Marku
     )
 }
 
-pub(crate) fn overview(chrome: &Chrome<'_>, samples: &Samples) -> Markup {
+pub(crate) fn overview(chrome: &Chrome<'_>, samples: &Samples, routes: Markup) -> Markup {
     layout(
         chrome,
         Tab::Overview,
@@ -98,6 +98,7 @@ pub(crate) fn overview(chrome: &Chrome<'_>, samples: &Samples) -> Markup {
             div #live data-refresh="/ui/live/overview" data-every=(chrome.every_ms) {
                 (overview_live(samples))
             }
+            (routes)
         },
     )
 }

@@ -98,8 +98,10 @@ pub(crate) async fn style() -> Response {
 
 pub(crate) async fn overview(State(dashboard): Shared) -> Markup {
     let chrome = dashboard.chrome();
+    // Before the samples' lock: the routes read the chrome, which takes it too.
+    let routes = super::controls::section(&dashboard);
     let samples = lock(&dashboard.samples);
-    pages::overview(&chrome, &samples)
+    pages::overview(&chrome, &samples, routes)
 }
 
 pub(crate) async fn overview_live(State(dashboard): Shared) -> Markup {

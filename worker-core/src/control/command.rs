@@ -2,7 +2,7 @@
 //! (JSON) says what to do, until when, why and who asked. Everything read here comes from a topic
 //! anyone with write access can fill, so every field is bounded and checked before it is obeyed.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +33,14 @@ pub struct Pause {
 }
 
 impl Pause {
+    /// When it ends, as logs and pages show it: `until 2026-12-04T22:00:00Z`, or `until resumed`.
+    pub fn until_text(&self) -> String {
+        self.until.map_or_else(
+            || "until resumed".to_owned(),
+            |t| format!("until {}", humantime::format_rfc3339_seconds(t)),
+        )
+    }
+
     /// Whether the pause is in force at `now`.
     pub fn in_force(&self, now: SystemTime) -> bool {
         self.until.is_none_or(|until| now < until)
@@ -206,13 +214,10 @@ fn quote(text: &str) -> String {
     format!("{:?}{more}", cut)
 }
 
-/// `now` plus `duration`, or `None` when that is not a time.
-pub(crate) fn after(now: SystemTime, duration: Duration) -> Option<SystemTime> {
-    now.checked_add(duration)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn at(secs: u64) -> SystemTime {

@@ -53,9 +53,19 @@ struct Reading {
     refused: AtomicU64,
 }
 
+impl Reading {
+    fn commands(&self) -> (u64, u64) {
+        (
+            self.obeyed.load(Ordering::Relaxed),
+            self.refused.load(Ordering::Relaxed),
+        )
+    }
+}
+
 impl Controls {
-    /// Controls that change only through the returned [`ControlSender`]: for tests, or for an
-    /// application that carries commands on a channel of its own.
+    /// Controls that change only through the returned [`ControlSender`]: for tests, for a reader
+    /// of the control topic of your own ([`ControlSender::apply_record`]), or for an application
+    /// that carries commands on a channel of its own.
     pub fn manual() -> (Self, ControlSender) {
         let (sender, controls) = channel(ControlState::default());
         (controls, sender)
@@ -78,10 +88,14 @@ impl Controls {
 
     /// Commands obeyed and refused so far.
     pub fn commands(&self) -> (u64, u64) {
-        (
-            self.reading.obeyed.load(Ordering::Relaxed),
-            self.reading.refused.load(Ordering::Relaxed),
-        )
+        self.reading.commands()
+    }
+
+    /// Counts commands like [`commands`](Self::commands) without keeping the controls alive: a
+    /// metric's callback holds this, and the reader still stops when the worker is gone.
+    pub(crate) fn command_counts(&self) -> impl Fn() -> (u64, u64) + Send + Sync + 'static {
+        let reading = Arc::downgrade(&self.reading);
+        move || reading.upgrade().map_or((0, 0), |r| r.commands())
     }
 
     /// Resolves at the next change of the state after this call (never, once nothing can change
@@ -124,15 +138,67 @@ impl ControlSender {
         });
     }
 
+    /// Controls driven by this sender; a reader of your own feeds it with
+    /// [`apply_record`](Self::apply_record).
+    pub fn controls(&self) -> Controls {
+        Controls {
+            state: self.state.subscribe(),
+            reading: self.reading.clone(),
+        }
+    }
+
+    /// Applies one record of the control topic (`key`, `value`; `at` says where it was read, as
+    /// `topic@offset`, for the logs): the command it carries is obeyed, or refused — logged with
+    /// why and counted — when it is not a valid command. Returns whether it was obeyed. What a
+    /// reader of the topic of your own calls for each record, in order.
+    pub fn apply_record(&self, key: Option<&[u8]>, value: Option<&[u8]>, at: &str) -> bool {
+        match command::decode(key, value) {
+            Ok(command) => {
+                match &command {
+                    command::Command::Pause(pause) => tracing::info!(
+                        at,
+                        topic = %pause.topic,
+                        until = %pause.until_text(),
+                        reason = ?pause.reason,
+                        by = ?pause.by,
+                        "control: route paused"
+                    ),
+                    command::Command::Resume { topic } => {
+                        tracing::info!(at, topic = %topic, "control: route resumed")
+                    }
+                }
+                self.apply(command)
+            }
+            Err(why) => {
+                self.refuse(&format!("{at}: {why}"));
+                false
+            }
+        }
+    }
+
+    /// Reading the control topic fails (`Some(why)`), or works again (`None`): shown by
+    /// [`Controls::read_failure`] while it lasts.
+    pub fn set_read_failure(&self, failure: Option<String>) {
+        *self
+            .reading
+            .failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = failure;
+    }
+
     /// Applies one command, counting it obeyed or refused.
-    fn apply(&self, command: command::Command) {
+    fn apply(&self, command: command::Command) -> bool {
         let mut next = (**self.state.borrow()).clone();
         match next.apply(command) {
             Ok(()) => {
                 self.reading.obeyed.fetch_add(1, Ordering::Relaxed);
                 self.state.send_replace(Arc::new(next));
+                true
             }
-            Err(why) => self.refuse(&why),
+            Err(why) => {
+                self.refuse(&why);
+                false
+            }
         }
     }
 
@@ -141,15 +207,22 @@ impl ControlSender {
         self.reading.refused.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(why, "control command refused");
     }
+}
 
-    /// Reads fail (`Some`), or work again (`None`).
-    fn set_failure(&self, failure: Option<String>) {
-        *self
-            .reading
-            .failure
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = failure;
-    }
+/// The record (key, value) that pauses `pause.topic`, as [`ControlTopic`](crate::control) writes
+/// it: for a writer of your own. `Err` says which field is out of bounds.
+pub fn pause_record(pause: &Pause) -> Result<(String, Vec<u8>), String> {
+    command::encode_pause(pause)
+}
+
+/// The record (key, value) that resumes `topic`; see [`pause_record`].
+pub fn resume_record(
+    topic: &str,
+    reason: &str,
+    by: &str,
+    at: std::time::SystemTime,
+) -> Result<(String, Vec<u8>), String> {
+    command::encode_resume(topic, reason, by, at)
 }
 
 /// A sender and the controls it drives, starting from `state`.

@@ -7,8 +7,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use super::command::{self, Command, Pause};
-use super::{ControlSender, ControlState, Controls, channel};
+use super::{ControlSender, ControlState, Controls, Pause, channel};
 use crate::produce::client::{Producer, producer_config};
 use crate::security::{KafkaContext, RdkafkaSecurity, Security};
 use crate::{Error, ErrorKind, Result};
@@ -116,7 +115,7 @@ impl ControlTopic {
             by: by.to_owned(),
             at: SystemTime::now(),
         };
-        let (key, value) = command::encode_pause(&pause).map_err(|why| self.invalid(&why))?;
+        let (key, value) = super::pause_record(&pause).map_err(|why| self.invalid(&why))?;
         self.write(&key, &value, &format!("pausing {topic}"))
             .await?;
         Ok(pause)
@@ -130,7 +129,7 @@ impl ControlTopic {
         reason: &str,
         by: &str,
     ) -> Result<Pause> {
-        let until = command::after(SystemTime::now(), duration).ok_or_else(|| {
+        let until = SystemTime::now().checked_add(duration).ok_or_else(|| {
             self.invalid(&format!("a pause of {duration:?} ends at no valid time"))
         })?;
         self.pause(topic, Some(until), reason, by).await
@@ -138,7 +137,7 @@ impl ControlTopic {
 
     /// Resumes `topic` fleet-wide, once the broker has confirmed the command.
     pub async fn resume(&self, topic: &str, reason: &str, by: &str) -> Result<()> {
-        let (key, value) = command::encode_resume(topic, reason, by, SystemTime::now())
+        let (key, value) = super::resume_record(topic, reason, by, SystemTime::now())
             .map_err(|why| self.invalid(&why))?;
         self.write(&key, &value, &format!("resuming {topic}")).await
     }
@@ -230,7 +229,11 @@ impl ControlTopic {
             match consumer.poll(left.min(POLL)) {
                 Some(Ok(message)) => {
                     next = message.offset() + 1;
-                    self.obey(sender, message.key(), message.payload(), message.offset());
+                    sender.apply_record(
+                        message.key(),
+                        message.payload(),
+                        &format!("{}@{}", self.topic, message.offset()),
+                    );
                 }
                 Some(Err(err)) => {
                     if let Some(said) = consumer.context().refusal() {
@@ -262,8 +265,12 @@ impl ControlTopic {
         while !sender.state.is_closed() {
             match consumer.poll(POLL) {
                 Some(Ok(message)) => {
-                    self.obey(sender, message.key(), message.payload(), message.offset());
-                    sender.set_failure(None);
+                    sender.apply_record(
+                        message.key(),
+                        message.payload(),
+                        &format!("{}@{}", self.topic, message.offset()),
+                    );
+                    sender.set_read_failure(None);
                     checked = Instant::now();
                 }
                 Some(Err(err)) => {
@@ -271,7 +278,7 @@ impl ControlTopic {
                         .context()
                         .refusal()
                         .unwrap_or_else(|| err.to_string());
-                    sender.set_failure(Some(format!(
+                    sender.set_read_failure(Some(format!(
                         "control topic {} on {}: {said}",
                         self.topic, self.bootstrap
                     )));
@@ -281,40 +288,13 @@ impl ControlTopic {
             if checked.elapsed() >= CHECK_EVERY {
                 checked = Instant::now();
                 match consumer.fetch_watermarks(&self.topic, 0, CHECK_EVERY) {
-                    Ok(_) => sender.set_failure(None),
-                    Err(err) => sender.set_failure(Some(format!(
+                    Ok(_) => sender.set_read_failure(None),
+                    Err(err) => sender.set_read_failure(Some(format!(
                         "control topic {} on {}: {err}",
                         self.topic, self.bootstrap
                     ))),
                 }
             }
-        }
-    }
-
-    /// Applies the command at `offset`, or logs and counts why it is refused.
-    fn obey(&self, sender: &ControlSender, key: Option<&[u8]>, value: Option<&[u8]>, offset: i64) {
-        match command::decode(key, value) {
-            Ok(command) => {
-                match &command {
-                    Command::Pause(pause) => tracing::info!(
-                        control = %self.topic,
-                        offset,
-                        topic = %pause.topic,
-                        until = ?pause.until.map(humantime::format_rfc3339_seconds),
-                        reason = %pause.reason,
-                        by = %pause.by,
-                        "control: route paused"
-                    ),
-                    Command::Resume { topic } => tracing::info!(
-                        control = %self.topic,
-                        offset,
-                        topic = %topic,
-                        "control: route resumed"
-                    ),
-                }
-                sender.apply(command);
-            }
-            Err(why) => sender.refuse(&format!("{}@{offset}: {why}", self.topic)),
         }
     }
 

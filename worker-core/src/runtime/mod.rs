@@ -201,6 +201,24 @@ impl<S: ShareSource> Worker<S> {
             );
         }
         let metrics = Metrics::new(&meter, routes.topics());
+        let _control_commands = config.controls.as_ref().map(|controls| {
+            let counts = controls.command_counts();
+            meter
+                .u64_observable_counter(crate::telemetry::names::CONTROL_COMMANDS)
+                .with_description("Commands read from the group's control topic.")
+                .with_callback(move |observer| {
+                    let (obeyed, refused) = counts();
+                    let result = |r| {
+                        [opentelemetry::KeyValue::new(
+                            crate::telemetry::names::RESULT,
+                            r,
+                        )]
+                    };
+                    observer.observe(obeyed, &result("obeyed"));
+                    observer.observe(refused, &result("refused"));
+                })
+                .build()
+        });
         let dispatcher = Dispatcher::new(
             &source,
             &config,

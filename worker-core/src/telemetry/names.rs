@@ -64,6 +64,8 @@ pub const DISPATCHER_LATENESS: &str = "share_worker.dispatcher.lateness";
 pub const GROUP_LAG: &str = "share_worker.group.lag";
 /// 1 while a route's topic is paused fleet-wide by the control topic, else 0 (gauge; `topic`).
 pub const ROUTE_PAUSED: &str = "share_worker.route.paused";
+/// Commands read from the control topic (counter; `result`: `obeyed`, `refused`).
+pub const CONTROL_COMMANDS: &str = "share_worker.control.commands";
 
 /// Attribute: the record's topic (= its route).
 pub const TOPIC: &str = "topic";
@@ -85,7 +87,7 @@ pub const PARTITION: &str = "partition";
 pub const LIMIT: &str = "limit";
 
 /// Every metric the worker and [`LagMonitor`](super::LagMonitor) record, in the order above.
-pub const ALL: [&str; 24] = [
+pub const ALL: [&str; 25] = [
     RECORDS_FETCHED,
     RECORDS_COMPLETED,
     HANDLER_DURATION,
@@ -110,4 +112,5 @@ pub const ALL: [&str; 24] = [
     DISPATCHER_LATENESS,
     GROUP_LAG,
     ROUTE_PAUSED,
+    CONTROL_COMMANDS,
 ];

@@ -7,3 +7,4 @@ mod browser;
 mod access;
 mod dead_letters;
 mod overview;
+mod pauses;

@@ -86,7 +86,7 @@ where
                     topic = &*topic,
                     reason = %pause.reason,
                     by = %pause.by,
-                    until = ?pause.until.map(humantime::format_rfc3339_seconds),
+                    until = %pause.until_text(),
                     "route paused fleet-wide: no more fetches of its records"
                 ),
                 None => tracing::info!(topic = &*topic, "route resumed fleet-wide"),

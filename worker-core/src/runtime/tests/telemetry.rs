@@ -490,3 +490,53 @@ async fn waiting_records_show_in_the_delay_move_and_limit_metrics() {
     shutdown.shutdown();
     run.await.unwrap().unwrap();
 }
+
+/// A route paused and resumed by the controls: the paused gauge follows it, and the commands are
+/// counted.
+#[tokio::test(start_paused = true)]
+async fn the_paused_gauge_and_the_command_counter_follow_the_controls() {
+    use crate::control::{Controls, Pause};
+
+    let metrics = Metrics::new();
+    let broker = MemoryBroker::new();
+    broker.produce("sms", "1");
+    let (controls, sender) = Controls::manual();
+    let worker = Worker::builder(broker.member("w"))
+        .route("sms", handler(|_| async { Outcome::Accept }))
+        .controls(controls)
+        .meter(metrics.meter())
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let paused =
+        |metrics: &Metrics| total(&metrics.collect(), names::ROUTE_PAUSED, &[("topic", "sms")]).0;
+    wait_until(Duration::from_secs(10), "the record", || {
+        broker.counts().acknowledged == 1
+    })
+    .await;
+    assert_eq!(paused(&metrics), 0.0);
+    sender.pause(Pause {
+        topic: "sms".to_owned(),
+        until: None,
+        reason: String::new(),
+        by: String::new(),
+        at: std::time::SystemTime::now(),
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(paused(&metrics), 1.0);
+    sender.resume("sms");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(paused(&metrics), 0.0);
+    let points = metrics.collect();
+    assert_eq!(
+        total(&points, names::CONTROL_COMMANDS, &[("result", "obeyed")]).0,
+        2.0
+    );
+    assert_eq!(
+        total(&points, names::CONTROL_COMMANDS, &[("result", "refused")]).0,
+        0.0
+    );
+    shutdown.shutdown();
+    run.await.unwrap().unwrap();
+}
