@@ -7,7 +7,7 @@
 #[path = "kafka_client/support.rs"]
 mod support;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
@@ -278,10 +278,23 @@ async fn compressed_and_transactional_records() -> Result<()> {
 }
 
 /// Done-when 7: a dropped connection loses the session: acks for it fail (SessionLost), the client
-/// reopens at epoch 0 and keeps consuming.
+/// reopens at epoch 0 and keeps consuming, and every record held by the lost session comes back.
+///
+/// The broker races the close of the old connection against the new session of the same member
+/// (its share-session cache handles both on different threads), and each interleaving is legal:
+/// - the close first: the held records are released at once and come back with count 2;
+/// - the new session first: they stay acquired by the member until their lock ends (5 s here);
+/// - the close in between (the group has no session for a moment): the broker drops the share
+///   partition's in-memory state and reloads it, so held records come back with count 1 — the
+///   broker persists delivery counts on acknowledgement, not on acquisition;
+/// - the close handled as the new session's (same member, same key): the new session is dropped
+///   too, its acks fail with SessionLost and its records come back once more.
+///
+/// What must hold in every case is what the worker relies on: nothing acknowledged in a lost
+/// session counts, the client recovers on its own, and nothing is lost.
 #[tokio::test]
 async fn session_loss_fails_acks_and_consumption_resumes() -> Result<()> {
-    let (admin, topic, group) = setup(1, None).await?;
+    let (admin, topic, group) = setup(1, Some(5_000)).await?;
     produce(&topic, 20).await?;
     let src = source(&group, &topic).await?;
     let held = fetch_n(&src, 10, 10, Duration::from_secs(30)).await?;
@@ -295,28 +308,29 @@ async fn session_loss_fails_acks_and_consumption_resumes() -> Result<()> {
             "ack for a lost session: {r:?}"
         );
     }
-    // The broker released them; the client reopens the session and gets everything.
-    let mut counts: BTreeMap<i64, u16> = BTreeMap::new();
+    // Every offset must be delivered again after the loss and accepted in a live session.
+    let mut accepted: BTreeSet<i64> = BTreeSet::new();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while counts.len() < 20 {
+    while accepted.len() < 20 {
         ensure!(
             Instant::now() < deadline,
-            "only {} of 20 records after the session loss",
-            counts.len()
+            "only {:?} of 20 records accepted after the session loss",
+            accepted
         );
         let got = src.fetch(10).await?;
-        for d in &got {
-            counts.insert(d.id.offset, d.delivery_count);
+        let receipts = got.iter().map(|d| src.acknowledge(&d.id, AckKind::Accept));
+        for (d, r) in got.iter().zip(futures::future::join_all(receipts).await) {
+            ensure!(d.delivery_count >= 1, "{} has delivery count 0", d.id);
+            match r {
+                Ok(()) => {
+                    accepted.insert(d.id.offset);
+                }
+                // The broker dropped the new session with the old connection (see above): the
+                // record is redelivered, which the loop waits for.
+                Err(AckError::SessionLost) => {}
+                Err(e) => anyhow::bail!("ack of {}: {e:?}", d.id),
+            }
         }
-        ack_all(&src, &got, AckKind::Accept).await?;
-    }
-    for d in &held {
-        ensure!(
-            counts[&d.id.offset] == 2,
-            "{} came back with count {}",
-            d.id,
-            counts[&d.id.offset]
-        );
     }
     wait_lag_zero(&admin, &group, &topic).await?;
     src.close().await?;
