@@ -9,6 +9,8 @@ use anyhow::Context;
 use opentelemetry::metrics::Meter;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
+use worker_core::defaults;
+use worker_core::fleet::Fleet;
 use worker_core::kafka::Admin;
 use worker_core::runtime::WorkerHealth;
 use worker_core::security::Security;
@@ -114,6 +116,9 @@ pub(crate) async fn run(
         }
         builder = builder.controls(controls);
     }
+    if let Some(fleet) = rate_fleet(&config, &security).await? {
+        builder = builder.fleet(fleet);
+    }
     for (section, handler) in routes {
         builder = builder.add_route(config.route(section, handler.into_service(activity.clone())));
     }
@@ -162,6 +167,24 @@ fn lag_probe(lag: Option<Arc<LagMonitor>>) -> report::LagProbe {
         let known: Vec<i64> = offsets.iter().map(|p| p.lag).filter(|l| *l >= 0).collect();
         (!known.is_empty()).then(|| known.iter().sum())
     })
+}
+
+/// The fleet the rates are shared with, when the file sets a rate: `rate` is the group's total.
+async fn rate_fleet(config: &Config, security: &Security) -> anyhow::Result<Option<Fleet>> {
+    if config.worker.rate.is_none() && config.routes.iter().all(|r| r.rate.is_none()) {
+        return Ok(None);
+    }
+    let admin = Admin::connect_with(config.kafka.bootstrap.clone(), security)
+        .await
+        .with_context(|| {
+            format!(
+                "connecting to {} to share the rates",
+                config.kafka.bootstrap
+            )
+        })?;
+    Ok(Some(
+        Fleet::follow(admin, config.worker.group.clone(), defaults::FLEET_REFRESH).await?,
+    ))
 }
 
 /// Samples the group's lag on the route topics for the lag gauge; `None` (with a warning) when the

@@ -7,6 +7,39 @@
 
 use std::time::Duration;
 
+/// The longest topic name Kafka accepts.
+pub const MAX_TOPIC_NAME: usize = 249;
+
+/// A Kafka topic name: 1 to 249 of `a-z A-Z 0-9 . _ -`, and neither `.` nor `..`. The broker
+/// refuses anything else; checking first names the setting (or the record) at fault instead of
+/// failing at the first produce.
+pub fn topic_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("it is empty".to_owned());
+    }
+    if name == "." || name == ".." {
+        return Err(format!("{name:?} is reserved"));
+    }
+    if name.len() > MAX_TOPIC_NAME {
+        return Err(format!(
+            "it is {} bytes long, Kafka allows at most {MAX_TOPIC_NAME}",
+            name.len()
+        ));
+    }
+    topic_chars(name)
+}
+
+/// Only the characters Kafka allows in topic names, for a part of a name (a template's text).
+pub fn topic_chars(text: &str) -> Result<(), String> {
+    match text
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        Some(c) => Err(format!("{c:?} is not allowed (only a-z A-Z 0-9 . _ -)")),
+        None => Ok(()),
+    }
+}
+
 /// Handlers running at most: at least 1, and below 2^32 (the permits of a semaphore).
 pub fn concurrency(concurrency: usize) -> Result<(), String> {
     if concurrency == 0 || u32::try_from(concurrency).is_err() {
@@ -104,4 +137,39 @@ pub enum BackoffPart {
     Max,
     /// How much each delay grows over the one before.
     Factor,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names_kafka_accepts() {
+        for good in [
+            "sms.dlq",
+            "a",
+            "A-b_c.9",
+            "...",
+            &"x".repeat(MAX_TOPIC_NAME),
+        ] {
+            assert_eq!(topic_name(good), Ok(()), "{good}");
+        }
+    }
+
+    #[test]
+    fn topic_names_kafka_refuses() {
+        for (bad, why) in [
+            ("", "empty"),
+            (".", "reserved"),
+            ("..", "reserved"),
+            ("team/sms.dlq", "'/' is not allowed"),
+            ("sms dlq", "' ' is not allowed"),
+            ("sms\0.dlq", "'\\0' is not allowed"),
+            ("smś.dlq", "'ś' is not allowed"),
+            (&"x".repeat(MAX_TOPIC_NAME + 1), "250 bytes long"),
+        ] {
+            let err = topic_name(bad).unwrap_err();
+            assert!(err.contains(why), "{bad:?}: {err}");
+        }
+    }
 }

@@ -32,3 +32,7 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 pub const BACKOFF_FACTOR: f32 = 2.0;
 /// The native client's defaults: client id, fetch wait, request timeout.
 pub use worker_kafka::defaults::{CLIENT_ID, MAX_WAIT, REQUEST_TIMEOUT};
+/// How often a worker reads its group's membership to share the rate limits among the workers
+/// of the fleet (`fleet::Fleet::follow`): a worker that joins or leaves changes every other
+/// worker's share within this.
+pub const FLEET_REFRESH: Duration = Duration::from_secs(2);

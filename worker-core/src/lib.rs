@@ -63,6 +63,7 @@ pub mod defaults;
 pub mod delay;
 pub mod dlq;
 mod error;
+pub mod fleet;
 pub mod handler;
 mod job;
 pub mod kafka;

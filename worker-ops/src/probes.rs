@@ -24,6 +24,10 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// second while the worker runs, so this is ten missed wakes, not a busy moment.
 pub const LIVENESS_MAX_SILENCE: Duration = Duration::from_secs(10);
 
+/// The paused routes `/readyz` names one by one; beyond them it gives their number, so a probe's
+/// answer stays small however many routes are paused.
+pub const READYZ_PAUSES: usize = 10;
+
 /// A condition `/readyz` requires besides the worker's own: `Ok`, or why not.
 type ReadinessCheck = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
 
@@ -162,21 +166,28 @@ impl Probes {
         self.inner.controls.set(controls).is_ok()
     }
 
-    /// What `/readyz` adds to "ready": one line per route paused fleet-wide, and one if the
-    /// control topic cannot be read. Reason and issuer come from the control topic: escaped.
+    /// What `/readyz` adds to "ready": one line per route paused fleet-wide (the first
+    /// [`READYZ_PAUSES`], then their number), and one if the control topic cannot be read. Reason and issuer come from the control topic: escaped.
     fn notes(&self) -> String {
         let Some(controls) = self.inner.controls.get() else {
             return String::new();
         };
         let mut out = String::new();
         let state = controls.state();
-        for pause in state.pauses(SystemTime::now()) {
+        let mut pauses = state.pauses(SystemTime::now());
+        for pause in pauses.by_ref().take(READYZ_PAUSES) {
             out.push_str(&format!(
                 "paused fleet-wide: {} ({}; {:?} by {:?})\n",
                 pause.topic,
                 pause.until_text(),
                 pause.reason,
                 pause.by
+            ));
+        }
+        let more = pauses.count();
+        if more > 0 {
+            out.push_str(&format!(
+                "paused fleet-wide: {more} more routes (share-worker status lists them)\n"
             ));
         }
         if let Some(failure) = controls.read_failure() {
@@ -501,6 +512,23 @@ mod tests {
         assert_eq!(
             get(probes.router(), "/readyz").await,
             (StatusCode::OK, "ready\n".into())
+        );
+        for n in 0..READYZ_PAUSES + 5 {
+            sender.pause(worker_core::control::Pause {
+                topic: format!("t{n:02}"),
+                until: None,
+                reason: "x".repeat(256),
+                by: "ops".to_owned(),
+                at: SystemTime::now(),
+            });
+        }
+        let (status, body) = get(probes.router(), "/readyz").await;
+        assert_eq!(status, StatusCode::OK);
+        let lines: Vec<&str> = body.lines().collect();
+        assert_eq!(lines.len(), 1 + READYZ_PAUSES + 1, "{body}");
+        assert_eq!(
+            lines.last(),
+            Some(&"paused fleet-wide: 5 more routes (share-worker status lists them)")
         );
     }
 

@@ -207,7 +207,8 @@ pub struct WorkerSection {
     /// Where a new group starts reading, set by `share-worker setup` (default `earliest`).
     #[serde(default)]
     pub auto_offset_reset: OffsetReset,
-    /// How often records may start over all routes, e.g. `"1000/s"` (default: no limit).
+    /// How often records may start over all routes, in the whole group, e.g. `"1000/s"`: each
+    /// worker takes its share (default: no limit).
     #[serde(
         default,
         with = "rate::option",
@@ -502,7 +503,8 @@ pub struct RouteSection {
     /// Handlers of this route running at most (default: the worker's concurrency).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<usize>,
-    /// How often this route's records may start, e.g. `"100/s"` (default: no limit).
+    /// How often this route's records may start in the whole group, e.g. `"100/s"`: each worker
+    /// assigned the route takes its share (default: no limit).
     #[serde(
         default,
         with = "rate::option",
@@ -512,7 +514,8 @@ pub struct RouteSection {
     /// With `rate`: how many may start at once (default: the rate's count).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u32>,
-    /// How often the records of one key may start, e.g. `"1/s"` (default: no limit).
+    /// How often the records of one key may start in one worker, e.g. `"1/s"` (default: no
+    /// limit).
     #[serde(
         default,
         with = "rate::option",

@@ -96,24 +96,30 @@ pub(crate) fn check(config: &Config) -> Result<(), Invalid> {
     }
     if let Some(control) = &config.control {
         let topic = config.control_topic_name();
-        let valid = !topic.is_empty()
-            && topic.len() <= 249
-            && topic
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-        if !valid || control.topic.replace("{group}", "").contains(['{', '}']) {
+        let template_ok = !control.topic.replace("{group}", "").contains(['{', '}']);
+        if let Err(why) = checks::topic_name(&topic).and_then(|()| {
+            template_ok
+                .then_some(())
+                .ok_or_else(|| "only `{group}` is replaced".to_owned())
+        }) {
             return Err(bad(
                 &["control", "topic"],
-                format!(
-                    "{:?} is not a topic name (letters, digits, `.`, `_`, `-`; `{{group}}` is replaced)",
-                    control.topic
-                ),
+                format!("{:?} is not a control topic name: {why}", control.topic),
             ));
         }
-        if config.topics().any(|t| t == topic) {
+        let taken = if config.topics().any(|t| t == topic) {
+            Some("a route topic")
+        } else if config.dlq_topics().contains(&topic) {
+            Some("a dead-letter topic")
+        } else if config.delay_topics().contains(&topic) {
+            Some("a delay topic")
+        } else {
+            None
+        };
+        if let Some(what) = taken {
             return Err(bad(
                 &["control", "topic"],
-                format!("{topic} is a route topic: the control topic needs a topic of its own"),
+                format!("{topic} is {what}: the control topic needs a topic of its own"),
             ));
         }
         checks::above_zero(control.read_timeout).map_err(at(&["control", "read-timeout"]))?;

@@ -6,17 +6,16 @@
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, SystemTime};
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use worker_core::control::{ControlTopic, Controls, Pause};
 
+use super::action::ActionForm;
 use super::guard::Refusal;
 use super::jobs::AUDIT;
 use super::pages::{self, Chrome, Tab};
-use super::params::Params;
 use super::routes::Shared;
 use super::{Dashboard, Peer};
 use crate::config::Config;
@@ -184,17 +183,8 @@ fn page(chrome: &Chrome<'_>, topic: &str, csrf: &str) -> Markup {
 pub(crate) async fn pause(
     State(dashboard): Shared,
     Path(topic): Path<String>,
-    peer: Option<axum::Extension<Peer>>,
-    headers: HeaderMap,
-    body: Bytes,
+    ActionForm { params, peer }: ActionForm,
 ) -> Response {
-    let params = Params::parse(&body);
-    if let Err(refusal) = dashboard
-        .guard
-        .act(&headers, params.get("csrf"), SystemTime::now())
-    {
-        return dashboard.refused(refusal);
-    }
     let control = match actionable(&dashboard, &topic) {
         Ok(control) => control,
         Err(why) => return refused(&dashboard, &topic, why),
@@ -220,7 +210,7 @@ pub(crate) async fn pause(
             }
         },
     };
-    let by = who(peer.as_deref());
+    let by = who(peer.as_ref());
     let written = match duration {
         Some(duration) => control.pause_for(&topic, duration, &reason, &by).await,
         None => control.pause(&topic, None, &reason, &by).await,
@@ -232,22 +222,13 @@ pub(crate) async fn pause(
 pub(crate) async fn resume(
     State(dashboard): Shared,
     Path(topic): Path<String>,
-    peer: Option<axum::Extension<Peer>>,
-    headers: HeaderMap,
-    body: Bytes,
+    ActionForm { peer, .. }: ActionForm,
 ) -> Response {
-    let params = Params::parse(&body);
-    if let Err(refusal) = dashboard
-        .guard
-        .act(&headers, params.get("csrf"), SystemTime::now())
-    {
-        return dashboard.refused(refusal);
-    }
     let control = match actionable(&dashboard, &topic) {
         Ok(control) => control,
         Err(why) => return refused(&dashboard, &topic, why),
     };
-    let by = who(peer.as_deref());
+    let by = who(peer.as_ref());
     let written = control.resume(&topic, "", &by).await;
     finish(&dashboard, "resume", &topic, "", &by, written)
 }

@@ -19,6 +19,7 @@
 //!   CSRF and same-origin checks on every POST. The listener ([`crate::telemetry::serve`]) adds
 //!   HTTPS, the `Host` allow-list and its connection limits.
 
+mod action;
 mod charts;
 mod controls;
 mod dlq_index;

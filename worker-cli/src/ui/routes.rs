@@ -12,6 +12,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::Markup;
 
+use super::action::ActionForm;
 use super::guard::Refusal;
 use super::letters::{self, Cursor};
 use super::pages::{self, FilterText, Tab};
@@ -281,17 +282,8 @@ pub(crate) async fn confirm(
 pub(crate) async fn act(
     State(dashboard): Shared,
     Path(topic): Path<String>,
-    peer: Option<axum::Extension<Peer>>,
-    headers: HeaderMap,
-    body: Bytes,
+    ActionForm { params, peer }: ActionForm,
 ) -> Response {
-    let params = Params::parse(&body);
-    if let Err(refusal) = dashboard
-        .guard
-        .act(&headers, params.get("csrf"), SystemTime::now())
-    {
-        return dashboard.refused(refusal);
-    }
     if dashboard.index(&topic).is_none() {
         return unknown_topic(&dashboard, &topic);
     }
@@ -309,7 +301,7 @@ pub(crate) async fn act(
         until_ms: target.filter.until_ms,
         action: target.action,
     };
-    let who = peer.map_or_else(|| "unknown".to_owned(), |p| p.0.0.to_string());
+    let who = peer.map_or_else(|| "unknown".to_owned(), |p| p.0.to_string());
     match dashboard
         .jobs
         .start(dashboard.config.clone(), request, target.what, who)

@@ -15,6 +15,8 @@ pub(crate) struct Seen {
     pub(crate) requests: Vec<(String, String)>,
     /// The head of each request, lowercased.
     pub(crate) heads: Vec<String>,
+    /// When each request arrived.
+    pub(crate) times: Vec<std::time::Instant>,
 }
 
 /// Answers 200 to "ok…", 400 to "bad…", 429 (Retry-After: 1) to the first "slow…" then 200, and
@@ -83,6 +85,7 @@ pub(crate) async fn connection(
                 head.contains("x-share-topic:") && head.contains("x-share-delivery-count:");
             seen.requests.push((body.clone(), key));
             seen.heads.push(head.clone());
+            seen.times.push(std::time::Instant::now());
             match () {
                 _ if !topic_ok => "500 Internal Server Error",
                 _ if body.starts_with("bad") => "400 Bad Request",

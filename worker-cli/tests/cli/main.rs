@@ -12,6 +12,7 @@ mod handlers;
 mod https;
 mod jobs;
 mod mounted;
+mod rates;
 mod replay;
 mod run;
 mod security;

@@ -11,7 +11,6 @@ pub(crate) const MAX_VALUE_BYTES: usize = 4096;
 /// The longest `reason` and `by` accepted, in characters.
 pub(crate) const MAX_TEXT_CHARS: usize = 256;
 /// Kafka's longest topic name.
-const MAX_TOPIC_CHARS: usize = 249;
 /// The version of the value format this worker writes and reads.
 const VERSION: u32 = 1;
 /// The key prefix of route pauses: `pause/{topic}`.
@@ -176,16 +175,8 @@ pub(crate) fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Command
 }
 
 fn check_topic(topic: &str) -> Result<(), String> {
-    let valid = !topic.is_empty()
-        && topic.len() <= MAX_TOPIC_CHARS
-        && topic
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if valid {
-        Ok(())
-    } else {
-        Err(format!("an invalid topic name {}", quote(topic)))
-    }
+    crate::checks::topic_name(topic)
+        .map_err(|why| format!("an invalid topic {}: {why}", quote(topic)))
 }
 
 fn check_text(name: &str, text: &str) -> Result<(), String> {

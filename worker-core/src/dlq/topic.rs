@@ -37,7 +37,7 @@ impl DlqTopic {
         }
         let mut rest = template;
         while let Some(start) = rest.find('{') {
-            check_literal(&rest[..start]).map_err(invalid)?;
+            crate::checks::topic_chars(&rest[..start]).map_err(invalid)?;
             let after = &rest[start + 1..];
             let end = after
                 .find('}')
@@ -52,7 +52,7 @@ impl DlqTopic {
             }
             rest = &after[end + 1..];
         }
-        check_literal(rest).map_err(invalid)?;
+        crate::checks::topic_chars(rest).map_err(invalid)?;
         Ok(Self {
             template: template.to_owned(),
         })
@@ -68,16 +68,6 @@ impl DlqTopic {
         self.template
             .replace("{topic}", topic)
             .replace("{group}", group)
-    }
-}
-
-fn check_literal(text: &str) -> Result<(), String> {
-    match text
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
-        Some(c) => Err(format!("{c:?} is not allowed in a Kafka topic name")),
-        None => Ok(()),
     }
 }
 

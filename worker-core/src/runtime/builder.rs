@@ -141,6 +141,14 @@ impl<S: ShareSource> WorkerBuilder<S> {
         self
     }
 
+    /// Shares the worker-wide and route rate limits with the rest of `fleet`: each worker takes
+    /// its part of every rate, so the rates hold for the whole group (see [`fleet`](crate::fleet);
+    /// per-key limits stay per worker). Default: none — each worker takes the whole rate.
+    pub fn fleet(mut self, fleet: crate::fleet::Fleet) -> Self {
+        self.config.fleet = Some(fleet);
+        self
+    }
+
     /// How often the group's delivery-count limit is read again while the worker runs (default
     /// 1 min, at least 1 s): a change (Kafka 4.3's group-level `share.delivery.count.limit`) is
     /// logged and applies to the next decisions.

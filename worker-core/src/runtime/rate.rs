@@ -87,11 +87,19 @@ impl RateLimit {
 
     /// The quota, or what is wrong with it (for `what`, a setting's name).
     pub(crate) fn quota(&self, what: &str) -> Result<Quota> {
+        self.shared_quota(what, 1)
+    }
+
+    /// One of `workers` equal shares of the limit: the interval between permits `workers` times
+    /// as long, the burst divided (rounded up, at least 1).
+    pub(crate) fn shared_quota(&self, what: &str, workers: u32) -> Result<Quota> {
         let bad = |why: &str| Error::new(ErrorKind::Config, format!("`{what}`: {why}"));
         let count = NonZeroU32::new(self.count).ok_or_else(|| bad("expected at least 1 record"))?;
         let burst = NonZeroU32::new(self.burst.unwrap_or(self.count))
             .ok_or_else(|| bad("expected a burst of at least 1"))?;
-        let interval = self.per / count.get();
+        let workers = workers.max(1);
+        let burst = NonZeroU32::new(burst.get().div_ceil(workers)).unwrap_or(NonZeroU32::MIN);
+        let interval = self.per.saturating_mul(workers) / count.get();
         Quota::with_period(interval)
             .map(|quota| quota.allow_burst(burst))
             .ok_or_else(|| bad("expected a period of at least 1ns per record"))
@@ -179,6 +187,14 @@ impl Limiter {
             interval: quota.replenish_interval(),
             limiter: RateLimiter::direct_with_clock(quota, TokioClock),
         }
+    }
+
+    /// A limiter whose burst is used up: its permits come at the rate from now on. For a limiter
+    /// that replaces one in use, so the change of limit grants no extra burst.
+    pub(crate) fn spent(quota: Quota) -> Self {
+        let limiter = Self::new(quota);
+        while limiter.limiter.check().is_ok() {}
+        limiter
     }
 
     /// Takes a permit, or says how long until one is there.
@@ -469,5 +485,32 @@ mod tests {
             "scanned again after the interval"
         );
         assert!(keyed.states.len() <= 1_000);
+    }
+
+    #[test]
+    fn a_shared_limit_is_an_equal_part_of_the_whole() {
+        let rate = RateLimit::per_second(30);
+        let third = rate.shared_quota("r", 3).expect("valid");
+        assert_eq!(third.replenish_interval(), Duration::from_millis(100));
+        assert_eq!(third.burst_size().get(), 10);
+        let spaced = RateLimit::per_second(30)
+            .burst(1)
+            .shared_quota("r", 4)
+            .expect("valid");
+        assert_eq!(spaced.burst_size().get(), 1, "at least one");
+        assert_eq!(
+            rate.shared_quota("r", 0).expect("valid"),
+            rate.quota("r").expect("valid")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_spent_limiter_grants_no_burst() {
+        let quota = RateLimit::per_second(10).quota("r").expect("valid");
+        let limiter = Limiter::spent(quota);
+        assert_eq!(limiter.check(), Err(Duration::from_millis(100)));
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert_eq!(limiter.check(), Ok(()));
+        assert!(limiter.check().is_err());
     }
 }

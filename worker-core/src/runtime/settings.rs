@@ -49,6 +49,8 @@ pub(crate) struct Settings {
     pub(crate) broker_writes_letters: bool,
     /// The group's fleet-wide controls, when the worker follows them.
     pub(crate) controls: Option<crate::control::Controls>,
+    /// The fleet the rate limits are shared with, when they are.
+    pub(crate) fleet: Option<crate::fleet::Fleet>,
 }
 
 impl Default for Settings {
@@ -68,6 +70,7 @@ impl Default for Settings {
             rate_limit: None,
             broker_writes_letters: false,
             controls: None,
+            fleet: None,
         }
     }
 }

@@ -11,7 +11,6 @@ mod builder;
 mod classify;
 mod letter;
 mod missing;
-mod name;
 mod truncate;
 
 use std::fmt;
@@ -25,9 +24,9 @@ use rdkafka::producer::Producer as _;
 use self::classify::{Class, TopicState, classify, classify_error, topic_state};
 use self::letter::Letter;
 use self::missing::{Missing, MissingTopics};
-use self::name::check_topic_name;
 use self::truncate::{Cut, next_cut};
 use super::{DeadLetter, DlqError, DlqSink, DlqTopic};
+use crate::checks::topic_name as check_topic_name;
 use crate::produce::client::{Failure, Producer};
 use crate::security::Security;
 use crate::{Error, ErrorKind};

@@ -2,6 +2,7 @@
 //! bookkeeping of records that wait, and the writes to the delay topic.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -10,11 +11,12 @@ use tokio::time::Instant;
 use tower::Service;
 
 use crate::delay::{DelayedRecord, headers};
+use crate::fleet::{Fleet, FleetView};
 use crate::source::{Delivery, Header, ShareSource};
 use crate::{Error, Job, Outcome};
 
 use super::super::lifecycle::{Admission, Event, LimitKind, MoveReason, MoveWait, Phase};
-use super::super::rate::{KeyedLimiter, Limiter};
+use super::super::rate::{KeyedLimiter, Limiter, RateLimit};
 use super::super::routes::Routes;
 use super::super::settings::Settings;
 use super::super::slots::SlotKey;
@@ -30,6 +32,8 @@ pub(super) struct Limits {
     global: Option<Limiter>,
     global_waiting: usize,
     routes: Vec<RouteLimiters>,
+    /// The fleet the worker-wide and route rates are shared with, when they are.
+    fleet: Option<FleetShares>,
 }
 
 #[derive(Debug, Default)]
@@ -40,11 +44,24 @@ struct RouteLimiters {
     key_concurrency: Option<usize>,
 }
 
+/// The rates as written (for the whole fleet), and how many workers each is shared by now.
+#[derive(Debug)]
+struct FleetShares {
+    fleet: Fleet,
+    global: Option<Shared>,
+    /// Per route: its topic, and its rate if it has one.
+    routes: Vec<(Arc<str>, Option<Shared>)>,
+}
+
+/// A rate for the whole fleet, and how many workers share it now.
+type Shared = (RateLimit, u32);
+
 impl Limits {
-    /// The limiters the settings ask for (checked by the builder).
+    /// The limiters the settings ask for (checked by the builder); with a fleet, each worker's
+    /// share of the rates.
     pub(super) fn new<Svc>(config: &Settings, routes: &Routes<Svc>) -> Self {
-        let limiter = |rate: &super::super::rate::RateLimit| rate.quota("rate").ok();
-        Self {
+        let limiter = |rate: &RateLimit| rate.quota("rate").ok();
+        let mut limits = Self {
             global: config
                 .rate_limit
                 .as_ref()
@@ -66,6 +83,71 @@ impl Limits {
                     }
                 })
                 .collect(),
+            fleet: config.fleet.clone().map(|fleet| FleetShares {
+                fleet,
+                global: config.rate_limit.map(|rate| (rate, 1)),
+                routes: (0..routes.len())
+                    .map(|route| {
+                        let topic = routes.topic(route).cloned().unwrap_or_else(|| "".into());
+                        (topic, routes.limits(route).rate.map(|rate| (rate, 1)))
+                    })
+                    .collect(),
+            }),
+        };
+        if let Some(shares) = &limits.fleet {
+            let view = shares.fleet.view();
+            limits.share(&view);
+        }
+        limits
+    }
+
+    /// Takes up the shares of the fleet as it is now; `true` if it changed.
+    fn follow_fleet(&mut self) -> bool {
+        let Some(view) = self.fleet.as_mut().and_then(|shares| shares.fleet.changed()) else {
+            return false;
+        };
+        self.share(&view);
+        true
+    }
+
+    /// Makes each shared limiter this worker's share of its rate in `view`. A limiter whose
+    /// share changes starts with its burst used up: a change of share never lets a burst through
+    /// on top of what the other workers already take.
+    fn share(&mut self, view: &FleetView) {
+        let Some(shares) = &mut self.fleet else {
+            return;
+        };
+        let reshare = |rate: &RateLimit, workers: &mut u32, n: u32, what: &str| {
+            if *workers == n {
+                return None;
+            }
+            *workers = n;
+            let quota = rate.shared_quota("rate", n).ok()?;
+            tracing::info!(
+                rate = %rate,
+                workers = n,
+                per_worker = %format!("1/{:?}", quota.replenish_interval()),
+                "{what}: the rate is shared by {n} workers of the group"
+            );
+            Some(Limiter::spent(quota))
+        };
+        if let Some((rate, workers)) = &mut shares.global
+            && let Some(limiter) = reshare(rate, workers, view.sharing(None), "worker")
+        {
+            self.global = Some(limiter);
+        }
+        for (route, (topic, shared)) in shares.routes.iter_mut().enumerate() {
+            if let Some((rate, workers)) = shared
+                && let Some(limiter) = reshare(
+                    rate,
+                    workers,
+                    view.sharing(Some(topic)),
+                    &format!("route {topic}"),
+                )
+                && let Some(limits) = self.routes.get_mut(route)
+            {
+                limits.rate = Some(limiter);
+            }
         }
     }
 
@@ -383,6 +465,49 @@ where
         for key in std::iter::once(key).chain(waiting) {
             self.step(key, Event::Refused, Duration::ZERO, now);
         }
+    }
+
+    /// Takes up a change of the fleet: the shared limiters get their new shares, and the records
+    /// waiting for a shared limit are planned again at the new share, in the order they waited
+    /// (the `n`-th at `n` new intervals from now, or sooner if it was due sooner): planned at the
+    /// old share, a larger share would stay unused until they came due.
+    pub(super) fn follow_fleet(&mut self, now: Instant) -> bool {
+        if !self.waits.limits.follow_fleet() {
+            return false;
+        }
+        let mut waiting = std::mem::take(&mut self.pace.due);
+        self.waits.throttled.take_all(&mut waiting);
+        waiting.sort_unstable_by_key(|(at, _)| *at);
+        let mut ahead: Vec<u32> = vec![0; self.waits.limits.routes.len() + 1];
+        for (at, key) in waiting.drain(..) {
+            let Some(job) = self.slots.get_mut(key) else {
+                continue;
+            };
+            if job.life.phase != (Phase::Throttled { until: at }) {
+                continue;
+            }
+            let limits = &self.waits.limits;
+            let shared = match (job.throttle, job.route) {
+                (Some(LimitKind::Global), _) => limits.global.as_ref().map(|l| (l, 0)),
+                (Some(LimitKind::Route), Some(route)) => limits
+                    .routes
+                    .get(route)
+                    .and_then(|r| r.rate.as_ref())
+                    .map(|l| (l, route + 1)),
+                _ => None,
+            };
+            let until = match shared {
+                Some((limiter, queue)) => {
+                    ahead[queue] += 1;
+                    at.min(now + limiter.interval() * ahead[queue])
+                }
+                None => at,
+            };
+            job.life.rewait(until);
+            self.waits.throttled.schedule(key, until);
+        }
+        self.pace.due = waiting;
+        true
     }
 
     /// Checks again every throttled record whose wait ended by `now`.

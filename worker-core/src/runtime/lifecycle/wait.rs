@@ -108,6 +108,18 @@ pub(crate) enum MoveWait {
 }
 
 impl<T: Copy + PartialOrd + Add<Duration, Output = T>> Life<T> {
+    /// Plans a throttled record's wait again to end by `until` (its limit changed); `false` when
+    /// the record does not wait for a limit.
+    pub(crate) fn rewait(&mut self, until: T) -> bool {
+        match &mut self.phase {
+            Phase::Throttled { until: planned } => {
+                *planned = until;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// To the admission check (answered at once by the dispatcher).
     pub(super) fn admit(&mut self) -> Step {
         self.phase = Phase::Admitting;

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use super::support::{handler, run_until};
 use crate::Outcome;
 use crate::Route;
+use crate::fleet::{Fleet, FleetView};
 use crate::runtime::{RateLimit, Worker};
 use crate::testing::{MemoryBroker, ProducedRecord};
 
@@ -63,6 +64,64 @@ async fn a_route_limit_spaces_its_records_without_redelivering_any() {
     let stats = broker.stats();
     assert_eq!((stats.releases, stats.lock_expiries), (0, 0));
     assert!(summary.rate_limited > 0);
+}
+
+/// With a fleet, a route's rate is the fleet's: two workers assigned the topic each start
+/// records at half the rate, and when the other one leaves this one takes the whole rate.
+#[tokio::test(start_paused = true)]
+async fn a_route_rate_is_shared_with_the_fleet_and_taken_up_when_it_shrinks() {
+    let broker = MemoryBroker::builder()
+        .lock_duration(Duration::from_secs(5))
+        .build();
+    for n in 0..20 {
+        broker.produce("jobs", n.to_string());
+    }
+    let assigned = vec![("jobs".to_owned(), 0)];
+    let (fleet, sender) = Fleet::manual(FleetView::from_assignments([&assigned, &assigned]));
+    let sender = Arc::new(sender);
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let seen = starts.clone();
+    let worker = Worker::builder(broker.member("a"))
+        .add_route(
+            Route::new(
+                "jobs",
+                handler(move |_job| {
+                    let seen = seen.clone();
+                    let sender = sender.clone();
+                    let assigned = vec![("jobs".to_owned(), 0)];
+                    async move {
+                        let mut seen = seen.lock().unwrap();
+                        seen.push(Instant::now());
+                        if seen.len() == 10 {
+                            sender.set(FleetView::from_assignments([&assigned]));
+                        }
+                        Outcome::Accept
+                    }
+                }),
+            )
+            .rate_limit(RateLimit::per_second(10).burst(1)),
+        )
+        .fleet(fleet)
+        .concurrency(8)
+        .build()
+        .unwrap();
+    let b = broker.clone();
+    run_until(worker, Duration::from_secs(60), "all", move || {
+        b.counts().acknowledged == 20
+    })
+    .await;
+    let starts = starts.lock().unwrap().clone();
+    let gaps: Vec<Duration> = starts.windows(2).map(|p| p[1] - p[0]).collect();
+    for gap in &gaps[..9] {
+        assert!(*gap >= Duration::from_millis(199), "half of 10/s: {gaps:?}");
+    }
+    for gap in &gaps[10..] {
+        assert!(
+            *gap >= Duration::from_millis(99) && *gap < Duration::from_millis(150),
+            "all of 10/s: {gaps:?}"
+        );
+    }
+    assert_eq!(broker.stats().releases, 0);
 }
 
 /// One key limited to 10/s with 200 records ahead of 50 records of other keys: the others are all
