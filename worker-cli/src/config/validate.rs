@@ -96,12 +96,8 @@ pub(crate) fn check(config: &Config) -> Result<(), Invalid> {
     }
     if let Some(control) = &config.control {
         let topic = config.control_topic_name();
-        let template_ok = !control.topic.replace("{group}", "").contains(['{', '}']);
-        if let Err(why) = checks::topic_name(&topic).and_then(|()| {
-            template_ok
-                .then_some(())
-                .ok_or_else(|| "only `{group}` is replaced".to_owned())
-        }) {
+        // `{group}` is replaced by now: any other brace fails as a character Kafka refuses.
+        if let Err(why) = checks::topic_name(&topic) {
             return Err(bad(
                 &["control", "topic"],
                 format!("{:?} is not a control topic name: {why}", control.topic),

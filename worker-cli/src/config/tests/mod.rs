@@ -855,6 +855,37 @@ fn broken_limits_and_delays_name_the_key_and_the_line() {
             7,
             "applies with `rate` only",
         ),
+        // The control topic is a topic of its own, with a name Kafka accepts.
+        (
+            route("[control]\ntopic = \"t\"\n"),
+            "control.topic",
+            12,
+            "is a route topic",
+        ),
+        (
+            route("[dlq]\ntopic = \"{topic}.dlq\"\n[control]\ntopic = \"t.dlq\"\n"),
+            "control.topic",
+            14,
+            "is a dead-letter topic",
+        ),
+        (
+            route("[delay]\ntopic = \"{topic}.later\"\n[control]\ntopic = \"t.later\"\n"),
+            "control.topic",
+            14,
+            "is a delay topic",
+        ),
+        (
+            route("[control]\ntopic = \"{group}/control\"\n"),
+            "control.topic",
+            12,
+            "'/' is not allowed",
+        ),
+        (
+            route("[control]\ntopic = \"{grp}.control\"\n"),
+            "control.topic",
+            12,
+            "'{' is not allowed",
+        ),
     ];
     for (text, key, line, says) in cases {
         let err = match parse(&text) {

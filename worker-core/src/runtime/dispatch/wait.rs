@@ -103,7 +103,11 @@ impl Limits {
 
     /// Takes up the shares of the fleet as it is now; `true` if it changed.
     fn follow_fleet(&mut self) -> bool {
-        let Some(view) = self.fleet.as_mut().and_then(|shares| shares.fleet.changed()) else {
+        let Some(view) = self
+            .fleet
+            .as_mut()
+            .and_then(|shares| shares.fleet.changed())
+        else {
             return false;
         };
         self.share(&view);
