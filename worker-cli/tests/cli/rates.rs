@@ -156,6 +156,14 @@ async fn a_route_rate_holds_for_the_whole_fleet_and_survives_a_worker_leaving() 
         .map(|(at, n)| (at.duration_since(first), n))
         .collect();
     assert!(under.is_empty(), "windows below {least}: {under:?}");
+    let all = windows(&times, first, last - Duration::from_secs(1));
+    eprintln!(
+        "{} records in {:?}; 5 s windows: most {:?} (bound {most}), least {:?} (bound {least})",
+        times.len(),
+        last - first,
+        all.iter().map(|(_, n)| n).max(),
+        all.iter().map(|(_, n)| n).min(),
+    );
     let after: Vec<_> = windows(
         &times,
         stopped_at + TAKEN_UP_WITHIN,
