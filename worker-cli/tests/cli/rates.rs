@@ -158,11 +158,15 @@ async fn a_route_rate_holds_for_the_whole_fleet_and_survives_a_worker_leaving() 
     assert!(under.is_empty(), "windows below {least}: {under:?}");
     let all = windows(&times, first, last - Duration::from_secs(1));
     eprintln!(
-        "{} records in {:?}; 5 s windows: most {:?} (bound {most}), least {:?} (bound {least})",
+        "{} records in {:?}, a worker stopped at {:?}; 5 s windows: most {:?} (bound {most}), least away from the stop {:?} (bound {least})",
         times.len(),
         last - first,
+        stopped_at - first,
         all.iter().map(|(_, n)| n).max(),
-        all.iter().map(|(_, n)| n).min(),
+        all.iter()
+            .filter(|(at, _)| *at + WINDOW <= stopped_at || *at >= stopped_at + TAKEN_UP_WITHIN)
+            .min_by_key(|(_, n)| *n)
+            .map(|(at, n)| (*at - first, n)),
     );
     let after: Vec<_> = windows(
         &times,
