@@ -1,5 +1,5 @@
-//! `share-worker pause` and `share-worker resume`: fleet-wide commands on the group's control
-//! topic, obeyed by every worker of the group that follows it (`[control]`).
+//! `share-worker pause`, `resume` and `cancel`: fleet-wide commands on the group's control topic,
+//! obeyed by every worker of the group that follows it (`[control]`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -45,6 +45,26 @@ pub(crate) struct ResumeArgs {
     by: Option<String>,
 }
 
+#[derive(Debug, Args)]
+pub(crate) struct CancelArgs {
+    /// The TOML configuration file.
+    #[arg(long, short)]
+    pub(crate) config: PathBuf,
+    /// The job's id (its `share.job-id` header; `produce` prints it).
+    #[arg(long)]
+    job_id: String,
+    /// How long the cancellation stays in force (default 7 days): it must outlast the job's
+    /// delay.
+    #[arg(long = "for", value_parser = crate::parse_duration)]
+    for_: Option<Duration>,
+    /// Why (shown in every worker's log).
+    #[arg(long, default_value = "")]
+    reason: String,
+    /// Who asks (default `$USER@$HOSTNAME`).
+    #[arg(long)]
+    by: Option<String>,
+}
+
 pub(crate) async fn pause(config: &Config, args: &PauseArgs) -> anyhow::Result<()> {
     let topic = writable(config, &args.topic).await?;
     let by = who(args.by.as_deref());
@@ -80,6 +100,28 @@ pub(crate) async fn resume(config: &Config, args: &ResumeArgs) -> anyhow::Result
     Ok(())
 }
 
+pub(crate) async fn cancel(config: &Config, args: &CancelArgs) -> anyhow::Result<()> {
+    worker_core::checks::job_id(&args.job_id)
+        .map_err(|why| anyhow::anyhow!("--job-id {:?}: {why}", args.job_id))?;
+    let topic = existing(config).await?;
+    let cancel = topic
+        .cancel(
+            &args.job_id,
+            args.for_.unwrap_or(worker_core::defaults::CANCEL_TTL),
+            &args.reason,
+            &who(args.by.as_deref()),
+        )
+        .await?;
+    println!(
+        "job {} cancelled for group {} (until {}): control topic {}",
+        args.job_id,
+        config.worker.group,
+        humantime::format_rfc3339_seconds(cancel.until),
+        topic.name()
+    );
+    Ok(())
+}
+
 /// The control topic, once `route` is known to be a route of the file and the topic to exist:
 /// a typo fails here instead of pausing nothing.
 async fn writable(
@@ -92,6 +134,11 @@ async fn writable(
             config.topics().collect::<Vec<_>>().join(", ")
         );
     }
+    existing(config).await
+}
+
+/// The group's control topic, once it is known to exist.
+async fn existing(config: &Config) -> anyhow::Result<worker_core::control::ControlTopic> {
     let topic = config.control_topic()?;
     let bootstrap = &config.kafka.bootstrap;
     let existing = topics::existing(bootstrap, &config.security()?)

@@ -78,6 +78,9 @@ enum Command {
     Pause(control::PauseArgs),
     /// Resume a route paused fleet-wide.
     Resume(control::ResumeArgs),
+    /// Cancel a job fleet-wide by its id (`share.job-id`): no worker of the group runs it (it is
+    /// acknowledged without running), and a running one has its cancellation token fired.
+    Cancel(control::CancelArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -165,6 +168,10 @@ pub fn main() -> ExitCode {
         Command::Resume(args) => runtime.block_on(async {
             let config = load(&args.config)?;
             control::resume(&config, &args).await
+        }),
+        Command::Cancel(args) => runtime.block_on(async {
+            let config = load(&args.config)?;
+            control::cancel(&config, &args).await
         }),
         Command::Produce(args) => {
             init_logs(LogFormat::Pretty);

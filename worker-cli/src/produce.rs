@@ -10,6 +10,7 @@ use bytes::Bytes;
 use clap::Args;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use worker_core::control::JOB_ID;
 use worker_core::delay::{format_not_before, headers, parse_not_before};
 use worker_core::produce::{EnqueueOptions, JobProducer};
 use worker_core::security::Security;
@@ -53,6 +54,10 @@ pub(crate) struct ProduceArgs {
     /// Run no record earlier than this time: RFC 3339, e.g. "2026-12-24T18:00:00Z".
     #[arg(long, value_parser = parse_at)]
     at: Option<SystemTime>,
+    /// The job's id (header `share.job-id`, to cancel it by), for a single job; default: a fresh
+    /// one per job. The id of a single job is printed.
+    #[arg(long)]
+    job_id: Option<String>,
 }
 
 fn parse_at(text: &str) -> Result<SystemTime, String> {
@@ -69,9 +74,9 @@ fn parse_header(text: &str) -> Result<(String, String), String> {
 /// Records awaiting the broker's acknowledgement at most.
 const WINDOW: usize = 10_000;
 
-/// The producer's own header: `--delay`/`--at` set it, `--header` may not.
+/// The producer's own headers: `--delay`/`--at` and `--job-id` set them, `--header` may not.
 fn is_reserved(key: &str) -> bool {
-    key == headers::NOT_BEFORE
+    key == headers::NOT_BEFORE || key == JOB_ID
 }
 
 /// Where to produce and how to connect: `--config`'s `[kafka]`, or `--bootstrap` in plain TCP.
@@ -119,7 +124,12 @@ pub(crate) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         .build()
         .context("creating the producer")?;
     if let Some((key, _)) = args.headers.iter().find(|(key, _)| is_reserved(key)) {
-        anyhow::bail!("--header {key}: use --delay or --at to say when the jobs may run");
+        anyhow::bail!(
+            "--header {key}: use --delay or --at to say when the jobs may run, --job-id to name one"
+        );
+    }
+    if args.job_id.is_some() && total != Some(1) {
+        anyhow::bail!("--job-id names a single job: give --count 1 (or a file of one line)");
     }
     // One not-before for the whole run: "30s from now" as the command starts.
     let not_before = match (args.delay, args.at) {
@@ -143,7 +153,10 @@ pub(crate) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
     let mut done = 0u64;
     for (n, payload) in payloads.enumerate() {
         let key = args.key.clone().unwrap_or_else(|| n.to_string());
-        let record = options.clone().key(key);
+        let mut record = options.clone().key(key);
+        if let Some(id) = &args.job_id {
+            record = record.job_id(id.clone());
+        }
         pending.push(producer.send(&args.topic, Some(Bytes::from(payload)), record));
         while pending.len() >= WINDOW {
             if let Some(result) = pending.next().await {
@@ -154,7 +167,10 @@ pub(crate) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         progress.update(done);
     }
     while let Some(result) = pending.next().await {
-        result?;
+        let enqueued = result?;
+        if total == Some(1) {
+            println!("job id {}", enqueued.job_id);
+        }
         done += 1;
         progress.update(done);
     }

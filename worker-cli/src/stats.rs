@@ -47,6 +47,8 @@ pub(crate) struct Stats {
     dlq_broker: u64,
     /// Handlers cut off by `job-timeout`.
     timed_out: u64,
+    /// Jobs cancelled through the control topic: acknowledged without running.
+    cancelled: u64,
     /// Records that may be processed again.
     possible_duplicates: u64,
     /// Fetches that failed.
@@ -85,6 +87,7 @@ impl Stats {
             rejected_without_dlq: summary.rejected_without_dlq,
             dlq_broker: summary.dlq_broker_handoffs,
             timed_out: summary.timed_out,
+            cancelled: summary.cancelled,
             possible_duplicates: summary.possible_duplicates,
             fetch_errors: summary.fetch_errors,
             busy_s,

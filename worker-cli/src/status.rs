@@ -36,27 +36,33 @@ pub(crate) async fn status(config: &Config, args: &StatusArgs) -> anyhow::Result
         .share_group_offsets(group, &topics)
         .await
         .with_context(|| format!("reading the share offsets of group {group}"))?;
-    let pauses = match &config.control {
+    let controls = match &config.control {
         Some(section) => {
             let topic = config.control_topic()?;
             let state = topic
                 .read(section.read_timeout)
                 .await
                 .with_context(|| format!("reading control topic {}", topic.name()))?;
-            Some(state.pauses(SystemTime::now()).cloned().collect::<Vec<_>>())
+            let now = SystemTime::now();
+            Some((
+                state.pauses(now).cloned().collect::<Vec<_>>(),
+                state.cancels(now).count(),
+            ))
         }
         None => None,
     };
     if args.json {
         let mut json = to_json(group, &description, &offsets);
-        if let Some(pauses) = &pauses {
+        if let Some((pauses, cancelled)) = &controls {
             json["paused"] = pauses.iter().map(pause_json).collect();
+            json["cancelled_jobs"] = json!(cancelled);
         }
         println!("{json}");
     } else {
         print!("{}", to_tables(group, &description, &offsets));
-        if let Some(pauses) = &pauses {
+        if let Some((pauses, cancelled)) = &controls {
             print!("{}", pause_table(pauses));
+            println!("job cancellations in force: {cancelled}");
         }
     }
     Ok(())

@@ -40,6 +40,29 @@ pub fn topic_chars(text: &str) -> Result<(), String> {
     }
 }
 
+/// The longest job id (`share.job-id`).
+pub const MAX_JOB_ID: usize = 64;
+
+/// A job id (`share.job-id`, a cancellation's key): 1 to 64 of `a-z A-Z 0-9 . _ : -`. A header
+/// that is not one is no job id: the record runs, and no cancellation can name it.
+pub fn job_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > MAX_JOB_ID {
+        return Err(format!(
+            "a job id of {} bytes (1 to {MAX_JOB_ID})",
+            id.len()
+        ));
+    }
+    match id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
+    {
+        Some(c) => Err(format!(
+            "{c:?} is not allowed in a job id (only a-z A-Z 0-9 . _ : -)"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Handlers running at most: at least 1, and below 2^32 (the permits of a semaphore).
 pub fn concurrency(concurrency: usize) -> Result<(), String> {
     if concurrency == 0 || u32::try_from(concurrency).is_err() {
@@ -170,6 +193,21 @@ mod tests {
         ] {
             let err = topic_name(bad).unwrap_err();
             assert!(err.contains(why), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn job_ids() {
+        for good in [
+            "a",
+            "appointment-42:reminder",
+            "3f2c.9_x",
+            &"x".repeat(MAX_JOB_ID),
+        ] {
+            assert_eq!(job_id(good), Ok(()), "{good}");
+        }
+        for bad in ["", "a/b", "a b", "é", &"x".repeat(MAX_JOB_ID + 1)] {
+            assert!(job_id(bad).is_err(), "{bad:?}");
         }
     }
 }

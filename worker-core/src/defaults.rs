@@ -36,3 +36,6 @@ pub use worker_kafka::defaults::{CLIENT_ID, MAX_WAIT, REQUEST_TIMEOUT};
 /// of the fleet (`fleet::Fleet::follow`): a worker that joins or leaves changes every other
 /// worker's share within this.
 pub const FLEET_REFRESH: Duration = Duration::from_secs(2);
+/// How long a job cancellation stays in force (`share-worker cancel --for`,
+/// `ControlTopic::cancel`): long enough for a job enqueued a week ahead.
+pub const CANCEL_TTL: Duration = Duration::from_secs(7 * 24 * 3600);

@@ -6,6 +6,7 @@ mod fake_http;
 mod support;
 
 mod broker_dlq;
+mod cancel;
 mod check;
 mod control;
 mod handlers;

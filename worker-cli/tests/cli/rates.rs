@@ -103,24 +103,8 @@ async fn a_route_rate_holds_for_the_whole_fleet_and_survives_a_worker_leaving() 
     )
     .await
     .expect("the fleet handles records");
-    let (stopping, _) = &mut fleet[0];
-    let pid = stopping
-        .as_ref()
-        .and_then(|child| child.id())
-        .expect("a running worker");
     let stopped_at = Instant::now();
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let exit = tokio::time::timeout(
-        Duration::from_secs(30),
-        stopping.take().expect("a child").wait(),
-    )
-    .await
-    .expect("the worker stops within 30 s")
-    .expect("its exit status");
+    let exit = terminate(fleet[0].0.take().expect("a running worker")).await;
     assert!(exit.success(), "a clean stop: {exit:?}");
     logged(
         fleet[1..].iter().map(|(_, log)| log.clone()).collect(),

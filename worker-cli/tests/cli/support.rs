@@ -315,3 +315,17 @@ pub(crate) async fn wait_ok(url: &str) -> String {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Stops `child` cleanly (SIGTERM, as Kubernetes does) and waits for it to exit, within 30 s.
+pub(crate) async fn terminate(mut child: Child) -> std::process::ExitStatus {
+    let pid = child.id().expect("a running process");
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -TERM {pid}");
+    tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("the process stops within 30 s")
+        .expect("its exit status")
+}

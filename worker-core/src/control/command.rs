@@ -10,11 +10,12 @@ use serde::{Deserialize, Serialize};
 pub(crate) const MAX_VALUE_BYTES: usize = 4096;
 /// The longest `reason` and `by` accepted, in characters.
 pub(crate) const MAX_TEXT_CHARS: usize = 256;
-/// Kafka's longest topic name.
 /// The version of the value format this worker writes and reads.
 const VERSION: u32 = 1;
 /// The key prefix of route pauses: `pause/{topic}`.
 const PAUSE: &str = "pause/";
+/// The key prefix of job cancellations: `cancel/{job id}`.
+const CANCEL: &str = "cancel/";
 
 /// Stops fetching a route's topic, fleet-wide, until it is resumed or `until` passes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,6 +47,30 @@ impl Pause {
     }
 }
 
+/// Cancels a job, fleet-wide, until `until`: a worker that would start a record whose
+/// `share.job-id` is `job_id` acknowledges it without running it, and a running one has its
+/// cancellation token fired.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cancel {
+    /// The job's id (its `share.job-id` header).
+    pub job_id: String,
+    /// When the cancellation lapses: a cancellation is kept no longer than this.
+    pub until: SystemTime,
+    /// Why (shown in the logs).
+    pub reason: String,
+    /// Who issued it.
+    pub by: String,
+    /// When it was issued.
+    pub at: SystemTime,
+}
+
+impl Cancel {
+    /// Whether the cancellation is in force at `now`.
+    pub fn in_force(&self, now: SystemTime) -> bool {
+        now < self.until
+    }
+}
+
 /// One command read from the control topic.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Command {
@@ -56,6 +81,13 @@ pub(crate) enum Command {
         /// The route's topic.
         topic: String,
     },
+    /// Cancel a job.
+    Cancel(Cancel),
+    /// Forget a job's cancellation (its key's tombstone).
+    Uncancel {
+        /// The job's id.
+        job_id: String,
+    },
 }
 
 /// The JSON value of a command.
@@ -64,7 +96,12 @@ pub(crate) enum Command {
 struct Value {
     v: u32,
     command: String,
-    topic: String,
+    /// The route, for a pause or resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    topic: Option<String>,
+    /// The job, for a cancellation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    job: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     until: Option<String>,
     #[serde(default)]
@@ -88,7 +125,8 @@ pub(crate) fn encode_pause(pause: &Pause) -> Result<(String, Vec<u8>), String> {
     let value = Value {
         v: VERSION,
         command: "pause".to_owned(),
-        topic: pause.topic.clone(),
+        topic: Some(pause.topic.clone()),
+        job: None,
         until: pause.until.map(rfc3339),
         reason: pause.reason.clone(),
         by: pause.by.clone(),
@@ -111,7 +149,8 @@ pub(crate) fn encode_resume(
     let value = Value {
         v: VERSION,
         command: "resume".to_owned(),
-        topic: topic.to_owned(),
+        topic: Some(topic.to_owned()),
+        job: None,
         until: None,
         reason: reason.to_owned(),
         by: by.to_owned(),
@@ -121,21 +160,110 @@ pub(crate) fn encode_resume(
     Ok((pause_key(topic), json))
 }
 
+/// The key of a cancellation of job `job_id`.
+pub(crate) fn cancel_key(job_id: &str) -> String {
+    format!("{CANCEL}{job_id}")
+}
+
+/// The record that cancels `cancel.job_id`.
+pub(crate) fn encode_cancel(cancel: &Cancel) -> Result<(String, Vec<u8>), String> {
+    crate::checks::job_id(&cancel.job_id)?;
+    check_text("reason", &cancel.reason)?;
+    check_text("by", &cancel.by)?;
+    let value = Value {
+        v: VERSION,
+        command: "cancel".to_owned(),
+        topic: None,
+        job: Some(cancel.job_id.clone()),
+        until: Some(rfc3339(cancel.until)),
+        reason: cancel.reason.clone(),
+        by: cancel.by.clone(),
+        at: rfc3339(cancel.at),
+    };
+    let json = serde_json::to_vec(&value).map_err(|err| err.to_string())?;
+    Ok((cancel_key(&cancel.job_id), json))
+}
+
 /// Reads one record of the control topic: `Ok` with the command it carries, `Err` with why it is
 /// refused (it is then logged, counted and otherwise ignored).
 pub(crate) fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Command, String> {
     let key = key.ok_or("a command without a key")?;
     let key = std::str::from_utf8(key).map_err(|_| "a key that is not UTF-8".to_owned())?;
-    let Some(topic) = key.strip_prefix(PAUSE) else {
-        return Err(format!("unknown key {}", quote(key)));
-    };
-    check_topic(topic)?;
-    let Some(value) = value else {
-        // A tombstone: the route's pause is deleted.
-        return Ok(Command::Resume {
-            topic: topic.to_owned(),
-        });
-    };
+    if let Some(topic) = key.strip_prefix(PAUSE) {
+        check_topic(topic)?;
+        let Some(value) = value else {
+            // A tombstone: the route's pause is deleted.
+            return Ok(Command::Resume {
+                topic: topic.to_owned(),
+            });
+        };
+        let value = read_value(value)?;
+        if value.topic.as_deref() != Some(topic) || value.job.is_some() {
+            return Err(format!(
+                "the key names route {} but the value names {}",
+                quote(topic),
+                quote(value.topic.as_deref().unwrap_or(""))
+            ));
+        }
+        let at = parse_time("at", &value.at)?;
+        let until = value
+            .until
+            .as_deref()
+            .map(|t| parse_time("until", t))
+            .transpose()?;
+        let topic = topic.to_owned();
+        return match value.command.as_str() {
+            "pause" => Ok(Command::Pause(Pause {
+                topic,
+                until,
+                reason: value.reason,
+                by: value.by,
+                at,
+            })),
+            "resume" => Ok(Command::Resume { topic }),
+            other => Err(format!("unknown command {} for a route", quote(other))),
+        };
+    }
+    if let Some(job_id) = key.strip_prefix(CANCEL) {
+        crate::checks::job_id(job_id).map_err(|why| format!("key {}: {why}", quote(key)))?;
+        let Some(value) = value else {
+            return Ok(Command::Uncancel {
+                job_id: job_id.to_owned(),
+            });
+        };
+        let value = read_value(value)?;
+        if value.job.as_deref() != Some(job_id) || value.topic.is_some() {
+            return Err(format!(
+                "the key names job {} but the value names {}",
+                quote(job_id),
+                quote(value.job.as_deref().unwrap_or(""))
+            ));
+        }
+        if value.command != "cancel" {
+            return Err(format!(
+                "unknown command {} for a job",
+                quote(&value.command)
+            ));
+        }
+        let until = value
+            .until
+            .as_deref()
+            .ok_or("a cancellation without `until`")
+            .and_then(|t| parse_time("until", t).map_err(|_| "an `until` that is not a time"))
+            .map_err(str::to_owned)?;
+        return Ok(Command::Cancel(Cancel {
+            job_id: job_id.to_owned(),
+            until,
+            reason: value.reason,
+            by: value.by,
+            at: parse_time("at", &value.at)?,
+        }));
+    }
+    Err(format!("unknown key {}", quote(key)))
+}
+
+/// A command's value: bounded, JSON of this version, its texts bounded.
+fn read_value(value: &[u8]) -> Result<Value, String> {
     if value.len() > MAX_VALUE_BYTES {
         return Err(format!(
             "a value of {} bytes (at most {MAX_VALUE_BYTES})",
@@ -147,31 +275,9 @@ pub(crate) fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Command
     if value.v != VERSION {
         return Err(format!("version {} (this worker reads {VERSION})", value.v));
     }
-    if value.topic != topic {
-        return Err(format!(
-            "the key names {} but the value names {}",
-            quote(topic),
-            quote(&value.topic)
-        ));
-    }
     check_text("reason", &value.reason)?;
     check_text("by", &value.by)?;
-    let at = parse_time("at", &value.at)?;
-    match value.command.as_str() {
-        "pause" => Ok(Command::Pause(Pause {
-            topic: value.topic,
-            until: value
-                .until
-                .as_deref()
-                .map(|t| parse_time("until", t))
-                .transpose()?,
-            reason: value.reason,
-            by: value.by,
-            at,
-        })),
-        "resume" => Ok(Command::Resume { topic: value.topic }),
-        other => Err(format!("unknown command {}", quote(other))),
-    }
+    Ok(value)
 }
 
 fn check_topic(topic: &str) -> Result<(), String> {
@@ -248,6 +354,55 @@ mod tests {
             }),
             "a tombstone resumes"
         );
+    }
+
+    fn cancel(job_id: &str) -> Cancel {
+        Cancel {
+            job_id: job_id.to_owned(),
+            until: at(1_800_600_000),
+            reason: "appointment cancelled".to_owned(),
+            by: "crm".to_owned(),
+            at: at(1_800_000_000),
+        }
+    }
+
+    #[test]
+    fn a_cancellation_reads_back_as_written_and_its_tombstone_forgets_it() {
+        let (key, value) = encode_cancel(&cancel("appt-42:reminder")).expect("encodes");
+        assert_eq!(key, "cancel/appt-42:reminder");
+        assert_eq!(
+            decode(Some(key.as_bytes()), Some(&value)),
+            Ok(Command::Cancel(cancel("appt-42:reminder")))
+        );
+        assert_eq!(
+            decode(Some(key.as_bytes()), None),
+            Ok(Command::Uncancel {
+                job_id: "appt-42:reminder".to_owned()
+            })
+        );
+        assert!(encode_cancel(&cancel("a/b")).is_err(), "not a job id");
+    }
+
+    #[test]
+    fn hostile_cancellations_are_refused_with_a_reason() {
+        let (_, good) = encode_cancel(&cancel("j1")).expect("encodes");
+        let (_, pause_value) = encode_pause(&pause("sms")).expect("encodes");
+        let without_until = {
+            let mut json: serde_json::Value = serde_json::from_slice(&good).expect("json");
+            json.as_object_mut().expect("an object").remove("until");
+            serde_json::to_vec(&json).expect("json")
+        };
+        for (key, value, says) in [
+            (&b"cancel/"[..], good.clone(), "a job id of 0 bytes"),
+            (&b"cancel/a b"[..], good.clone(), "not allowed in a job id"),
+            (&b"cancel/j2"[..], good.clone(), "the key names job"),
+            (&b"cancel/j1"[..], without_until, "without `until`"),
+            (&b"cancel/sms"[..], pause_value.clone(), "the key names job"),
+            (&b"pause/sms"[..], good.clone(), "the key names route"),
+        ] {
+            let refused = decode(Some(key), Some(&value)).expect_err("refused");
+            assert!(refused.contains(says), "{refused} (expected {says:?})");
+        }
     }
 
     #[test]

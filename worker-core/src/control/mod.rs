@@ -31,7 +31,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::watch;
 
-pub use command::Pause;
+pub use command::{Cancel, Pause};
+
+/// The header that names a record's job, for cancellations: set by `JobProducer` (a fresh id
+/// unless the enqueue names one) and read from any producer's records when it is a valid job id
+/// ([`checks::job_id`](crate::checks::job_id)).
+pub const JOB_ID: &str = "share.job-id";
 pub use state::ControlState;
 #[cfg(feature = "rdkafka")]
 pub use topic::ControlTopic;
@@ -138,6 +143,11 @@ impl ControlSender {
         });
     }
 
+    /// Cancels `cancel.job_id` until `cancel.until`.
+    pub fn cancel(&self, cancel: Cancel) {
+        self.apply(command::Command::Cancel(cancel));
+    }
+
     /// Controls driven by this sender; a reader of your own feeds it with
     /// [`apply_record`](Self::apply_record).
     pub fn controls(&self) -> Controls {
@@ -166,6 +176,17 @@ impl ControlSender {
                     command::Command::Resume { topic } => {
                         tracing::info!(at, topic = %topic, "control: route resumed")
                     }
+                    command::Command::Cancel(cancel) => tracing::info!(
+                        at,
+                        job_id = %cancel.job_id,
+                        until = %humantime::format_rfc3339_seconds(cancel.until),
+                        reason = ?cancel.reason,
+                        by = ?cancel.by,
+                        "control: job cancelled"
+                    ),
+                    command::Command::Uncancel { job_id } => {
+                        tracing::info!(at, job_id = %job_id, "control: job cancellation withdrawn")
+                    }
                 }
                 self.apply(command)
             }
@@ -186,13 +207,17 @@ impl ControlSender {
             .unwrap_or_else(PoisonError::into_inner) = failure;
     }
 
-    /// Applies one command, counting it obeyed or refused.
+    /// Applies one command, counting it obeyed or refused. The state is changed in place (copied
+    /// only while a reader holds the previous one), so reading many commands stays linear.
     fn apply(&self, command: command::Command) -> bool {
-        let mut next = (**self.state.borrow()).clone();
-        match next.apply(command) {
+        let mut outcome = Ok(());
+        self.state.send_if_modified(|state| {
+            outcome = Arc::make_mut(state).apply(command);
+            outcome.is_ok()
+        });
+        match outcome {
             Ok(()) => {
                 self.reading.obeyed.fetch_add(1, Ordering::Relaxed);
-                self.state.send_replace(Arc::new(next));
                 true
             }
             Err(why) => {
@@ -223,6 +248,11 @@ pub fn resume_record(
     at: std::time::SystemTime,
 ) -> Result<(String, Vec<u8>), String> {
     command::encode_resume(topic, reason, by, at)
+}
+
+/// The record (key, value) that cancels `cancel.job_id`; see [`pause_record`].
+pub fn cancel_record(cancel: &Cancel) -> Result<(String, Vec<u8>), String> {
+    command::encode_cancel(cancel)
 }
 
 /// A sender and the controls it drives, starting from `state`.

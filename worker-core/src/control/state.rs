@@ -1,18 +1,24 @@
 //! The controls in force: what the control topic says once every command read so far is applied.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
 
-use super::command::{Command, Pause};
+use super::command::{Cancel, Command, Pause};
 
 /// The most routes paused at once that a worker keeps; a pause of one more route is refused
 /// (logged and counted), so a flood of commands cannot grow a worker's memory without bound.
 pub(crate) const MAX_PAUSES: usize = 10_000;
 
+/// The most job cancellations a worker keeps (each at most ~600 bytes: about 60 MB at worst).
+/// When full, lapsed ones are dropped first; a cancellation beyond it is refused (logged and
+/// counted).
+pub(crate) const MAX_CANCELS: usize = 100_000;
+
 /// The controls in force, as the last command of each key on the control topic left them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ControlState {
     pauses: BTreeMap<String, Pause>,
+    cancels: HashMap<String, Cancel>,
 }
 
 impl ControlState {
@@ -26,6 +32,20 @@ impl ControlState {
         self.pauses
             .values()
             .filter(move |pause| pause.in_force(now))
+    }
+
+    /// The cancellation of job `job_id` in force at `now`, if any.
+    pub fn cancelled(&self, job_id: &str, now: SystemTime) -> Option<&Cancel> {
+        self.cancels
+            .get(job_id)
+            .filter(|cancel| cancel.in_force(now))
+    }
+
+    /// Every cancellation in force at `now`, in no order.
+    pub fn cancels(&self, now: SystemTime) -> impl Iterator<Item = &Cancel> {
+        self.cancels
+            .values()
+            .filter(move |cancel| cancel.in_force(now))
     }
 
     /// When the next timed pause ends after `now`, if one does.
@@ -51,6 +71,22 @@ impl ControlState {
             }
             Command::Resume { topic } => {
                 self.pauses.remove(&topic);
+            }
+            Command::Cancel(cancel) => {
+                if self.cancels.len() >= MAX_CANCELS && !self.cancels.contains_key(&cancel.job_id) {
+                    let now = SystemTime::now();
+                    self.cancels.retain(|_, kept| kept.in_force(now));
+                    if self.cancels.len() >= MAX_CANCELS {
+                        return Err(format!(
+                            "{MAX_CANCELS} jobs are cancelled already: the cancellation of {} is refused",
+                            cancel.job_id
+                        ));
+                    }
+                }
+                self.cancels.insert(cancel.job_id.clone(), cancel);
+            }
+            Command::Uncancel { job_id } => {
+                self.cancels.remove(&job_id);
             }
         }
         Ok(())
@@ -112,5 +148,43 @@ mod tests {
             .apply(pause("t0", Some(5)))
             .expect("a known route changes");
         assert_eq!(state.paused("t0", at(1)).and_then(|p| p.until), Some(at(5)));
+    }
+
+    #[test]
+    fn cancellations_lapse_and_lapsed_ones_make_room() {
+        let cancel = |id: &str, until: u64| {
+            Command::Cancel(Cancel {
+                job_id: id.to_owned(),
+                until: at(until),
+                reason: String::new(),
+                by: String::new(),
+                at: at(0),
+            })
+        };
+        let mut state = ControlState::default();
+        state.apply(cancel("j", 100)).expect("applies");
+        assert!(state.cancelled("j", at(99)).is_some());
+        assert!(state.cancelled("j", at(100)).is_none(), "lapsed");
+        assert!(state.cancelled("other", at(1)).is_none());
+        state
+            .apply(Command::Uncancel {
+                job_id: "j".to_owned(),
+            })
+            .expect("applies");
+        assert!(state.cancelled("j", at(1)).is_none());
+        // Full of lapsed cancellations (time 1 is long past): a new one still fits.
+        for n in 0..MAX_CANCELS {
+            state.apply(cancel(&format!("old{n}"), 1)).expect("fits");
+        }
+        let far = 4_000_000_000;
+        state
+            .apply(cancel("new", far))
+            .expect("lapsed ones make room");
+        assert_eq!(state.cancels(at(2)).count(), 1);
+        for n in 0..MAX_CANCELS - 1 {
+            state.apply(cancel(&format!("live{n}"), far)).expect("fits");
+        }
+        let refused = state.apply(cancel("one-more", far)).expect_err("full");
+        assert!(refused.contains("refused"), "{refused}");
     }
 }

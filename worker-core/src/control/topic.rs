@@ -7,7 +7,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use super::{ControlSender, ControlState, Controls, Pause, channel};
+use super::{Cancel, ControlSender, ControlState, Controls, Pause, channel};
 use crate::produce::client::{Producer, producer_config};
 use crate::security::{KafkaContext, RdkafkaSecurity, Security};
 use crate::{Error, ErrorKind, Result};
@@ -140,6 +140,34 @@ impl ControlTopic {
         let (key, value) = super::resume_record(topic, reason, by, SystemTime::now())
             .map_err(|why| self.invalid(&why))?;
         self.write(&key, &value, &format!("resuming {topic}")).await
+    }
+
+    /// Cancels job `job_id` fleet-wide for `ttl` (then the cancellation lapses), once the
+    /// broker has confirmed the command: a worker that would start it acknowledges it without
+    /// running it; a running one has its cancellation token fired.
+    pub async fn cancel(
+        &self,
+        job_id: &str,
+        ttl: Duration,
+        reason: &str,
+        by: &str,
+    ) -> Result<Cancel> {
+        let now = SystemTime::now();
+        let cancel = Cancel {
+            job_id: job_id.to_owned(),
+            until: now.checked_add(ttl).ok_or_else(|| {
+                self.invalid(&format!(
+                    "a cancellation of {ttl:?} lapses at no valid time"
+                ))
+            })?,
+            reason: reason.to_owned(),
+            by: by.to_owned(),
+            at: now,
+        };
+        let (key, value) = super::cancel_record(&cancel).map_err(|why| self.invalid(&why))?;
+        self.write(&key, &value, &format!("cancelling job {job_id}"))
+            .await?;
+        Ok(cancel)
     }
 
     fn invalid(&self, why: &str) -> Error {

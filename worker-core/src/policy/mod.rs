@@ -137,6 +137,8 @@ pub(crate) enum Cause {
     Panic,
     /// The handler ran past the job timeout.
     Timeout,
+    /// The job was cancelled through the controls: it was acknowledged without running.
+    Cancelled,
 }
 
 /// What to do with a finished record.
@@ -216,6 +218,8 @@ impl Policy {
                 Cause::Handler => DlqReason::HandlerError,
                 Cause::Panic => DlqReason::Panic,
                 Cause::Timeout => DlqReason::Timeout,
+                // A cancelled job ends as Accept: never here.
+                Cause::Cancelled => DlqReason::HandlerError,
             }),
             Outcome::Reject { .. } if self.dlq_on_reject => {
                 Verdict::DeadLetter(DlqReason::Rejected)

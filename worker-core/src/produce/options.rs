@@ -11,6 +11,7 @@ pub struct EnqueueOptions {
     pub(super) headers: Vec<(String, Bytes)>,
     pub(super) not_before: Option<NotBefore>,
     pub(super) topic: Option<String>,
+    pub(super) job_id: Option<String>,
 }
 
 /// When a job may run.
@@ -57,6 +58,13 @@ impl EnqueueOptions {
     /// Runs the job no earlier than `at` (header `share.not-before`).
     pub fn at(mut self, at: SystemTime) -> Self {
         self.not_before = Some(NotBefore::At(at));
+        self
+    }
+
+    /// Names the job (header `share.job-id`, 1 to 64 of `a-z A-Z 0-9 . _ : -`), so it can be
+    /// cancelled by a name you know (`appointment-42:reminder`); default: a fresh random id.
+    pub fn job_id(mut self, id: impl Into<String>) -> Self {
+        self.job_id = Some(id.into());
         self
     }
 

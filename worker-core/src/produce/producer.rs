@@ -9,6 +9,8 @@ use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use serde::Serialize;
 
+use crate::checks;
+use crate::control::{Cancel, JOB_ID, cancel_record};
 use crate::delay::{DelaySink, DelayedRecord, headers};
 use crate::telemetry::{TRACEPARENT, TRACESTATE};
 use crate::{Error, ErrorKind, Result};
@@ -45,6 +47,8 @@ pub struct Enqueued {
     pub partition: i32,
     /// The offset.
     pub offset: i64,
+    /// The job's id (its `share.job-id` header), to cancel it with.
+    pub job_id: String,
 }
 
 impl JobProducer {
@@ -123,6 +127,20 @@ impl JobProducer {
     ) -> Result<Enqueued> {
         let topic = options.topic.as_deref().unwrap_or(topic);
         let mut headers: Vec<(String, Bytes)> = options.headers;
+        let job_id = match options.job_id {
+            Some(id) => {
+                checks::job_id(&id).map_err(|why| {
+                    Error::new(
+                        ErrorKind::Config,
+                        format!("enqueueing a job on {topic}: {why}"),
+                    )
+                })?;
+                id
+            }
+            None => uuid::Uuid::new_v4().simple().to_string(),
+        };
+        headers.retain(|(key, _)| key != JOB_ID);
+        headers.push((JOB_ID.to_owned(), Bytes::from(job_id.clone())));
         if let Some(at) = options.not_before.map(|at| at.resolve(SystemTime::now())) {
             headers.retain(|(key, _)| key != headers::NOT_BEFORE);
             headers.push((
@@ -164,7 +182,50 @@ impl JobProducer {
             topic: topic.to_owned(),
             partition: landed.partition,
             offset: landed.offset,
+            job_id,
         })
+    }
+
+    /// Cancels job `job_id` for every worker of the group whose control topic is
+    /// `control_topic` (`{group}.control` unless configured otherwise), for `ttl`: not started
+    /// yet, it is acknowledged without running; running, its cancellation token fires. Returns
+    /// once the broker confirmed the command.
+    pub async fn cancel(
+        &self,
+        control_topic: &str,
+        job_id: &str,
+        ttl: Duration,
+        reason: &str,
+    ) -> Result<Cancel> {
+        let now = SystemTime::now();
+        let invalid = |why: String| {
+            Error::new(
+                ErrorKind::Config,
+                format!("cancelling job {job_id:?} on {control_topic}: {why}"),
+            )
+        };
+        let cancel = Cancel {
+            job_id: job_id.to_owned(),
+            until: now.checked_add(ttl).ok_or_else(|| {
+                invalid(format!("a cancellation of {ttl:?} lapses at no valid time"))
+            })?,
+            reason: reason.to_owned(),
+            by: "JobProducer".to_owned(),
+            at: now,
+        };
+        let (key, value) = cancel_record(&cancel).map_err(invalid)?;
+        self.inner
+            .producer
+            .write(
+                FutureRecord::to(control_topic)
+                    .key(key.as_bytes())
+                    .payload(&value[..]),
+            )
+            .await
+            .map_err(|failure| {
+                failure.into_error(&format!("cancelling job {job_id} on {control_topic}"))
+            })?;
+        Ok(cancel)
     }
 }
 

@@ -25,6 +25,8 @@ pub(crate) enum Finished {
     Panicked(String),
     /// It ran past its job timeout and was dropped.
     TimedOut,
+    /// It never ran: its job was cancelled through the controls.
+    Cancelled,
 }
 
 /// The task for the handler future `call` of the record in slot `key`: its outcome (or panic, or

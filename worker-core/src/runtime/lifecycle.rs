@@ -235,6 +235,8 @@ pub(crate) enum Ending {
     Undecodable,
     Panic,
     Timeout,
+    /// Cancelled through the controls: acknowledged without running.
+    Cancelled,
 }
 
 impl Ending {
@@ -242,6 +244,7 @@ impl Ending {
         match (cause, outcome) {
             (Cause::Panic, _) => Ending::Panic,
             (Cause::Timeout, _) => Ending::Timeout,
+            (Cause::Cancelled, _) => Ending::Cancelled,
             (Cause::Handler, Outcome::Accept) => Ending::Accept,
             (Cause::Handler, Outcome::Retry { .. }) => Ending::Retry,
             (Cause::Handler, Outcome::Reject { .. }) => Ending::Reject,
@@ -258,6 +261,7 @@ impl Ending {
             Ending::Undecodable => "undecodable",
             Ending::Panic => "panic",
             Ending::Timeout => "timeout",
+            Ending::Cancelled => "cancelled",
         }
     }
 }

@@ -147,6 +147,7 @@ impl Observer {
                     match ending {
                         Ending::Panic => self.summary.panicked += 1,
                         Ending::Timeout => self.summary.timed_out += 1,
+                        Ending::Cancelled => self.summary.cancelled += 1,
                         _ => {}
                     }
                     self.metrics.completed(topic, ending.as_str(), took);

@@ -57,6 +57,8 @@ pub(crate) struct InFlight {
     pub(crate) origin: Option<Origin>,
     /// Its `share.not-before`, written again when it moves.
     pub(crate) not_before: Option<SystemTime>,
+    /// Its `share.job-id` once its handler runs, for a cancellation that arrives meanwhile.
+    pub(crate) job_id: Option<Arc<str>>,
 }
 
 /// Which of the dispatcher's counts a record is in.
@@ -204,6 +206,7 @@ pub(crate) mod tests {
             counted: Counted::default(),
             origin: None,
             not_before: None,
+            job_id: None,
         }
     }
 

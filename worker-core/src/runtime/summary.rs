@@ -42,6 +42,9 @@ pub struct Summary {
     pub panicked: u64,
     /// Handlers that ran past the job timeout (each counted as a retry).
     pub timed_out: u64,
+    /// Jobs cancelled through the controls: acknowledged without running (each counted as
+    /// accepted too).
+    pub cancelled: u64,
     /// Records that waited for their `share.not-before` in the worker (held, lock renewed).
     pub delayed: u64,
     /// Records moved to a delay topic (the copy confirmed, the original accepted): long retries

@@ -237,6 +237,7 @@ where
             counted: Counted::default(),
             origin: waits.origin,
             not_before: waits.not_before,
+            job_id: None,
         };
         let Some(key) = self.slots.insert(job) else {
             tracing::warn!(record = %delivery.id, "the source returned more records than asked for: releasing");

@@ -9,7 +9,10 @@ use std::time::SystemTime;
 
 use tower::Service;
 
-use crate::control::Controls;
+use crate::control::JOB_ID;
+use crate::control::{Cancel, Controls};
+use crate::runtime::lifecycle::Phase;
+use crate::source::Delivery;
 use crate::source::ShareSource;
 use crate::{Job, Outcome};
 
@@ -71,6 +74,23 @@ where
         }
         let state = changed.unwrap_or_else(|| controls.state());
         self.control.next_look = state.next_expiry(wall);
+        // Running jobs cancelled since they started: their cancellation tokens fire.
+        for (_, job) in self.slots.iter_mut() {
+            if let Some(id) = &job.job_id
+                && job.life.phase == Phase::Running
+                && !job.cancel.is_cancelled()
+                && let Some(cancel) = state.cancelled(id, wall)
+            {
+                tracing::info!(
+                    parent: &job.span,
+                    record = %job.id,
+                    job_id = %cancel.job_id,
+                    reason = ?cancel.reason,
+                    "job cancelled while running: its cancellation token fires"
+                );
+                job.cancel.cancel();
+            }
+        }
         let mut moved = false;
         for route in 0..self.routes.len() {
             let Some(topic) = self.routes.topic(route).cloned() else {
@@ -97,6 +117,32 @@ where
             moved = true;
         }
         moved
+    }
+
+    /// The cancellation in force of the job the record in slot `key` carries (`share.job-id`), if
+    /// any; a record with a valid job id keeps it in its slot, for a cancellation that arrives
+    /// while it runs. A header that is no valid job id is no job id.
+    pub(super) fn cancellation(
+        &mut self,
+        key: crate::runtime::slots::SlotKey,
+        delivery: &Delivery,
+    ) -> Option<Cancel> {
+        let controls = self.control.controls.as_ref()?;
+        let id = delivery
+            .headers
+            .iter()
+            .rev()
+            .find(|header| &*header.key == JOB_ID)
+            .and_then(|header| header.value.as_deref())
+            .and_then(|value| std::str::from_utf8(value).ok())
+            .filter(|id| crate::checks::job_id(id).is_ok())?;
+        let cancel = controls.state().cancelled(id, SystemTime::now()).cloned();
+        if cancel.is_none()
+            && let Some(job) = self.slots.get_mut(key)
+        {
+            job.job_id = Some(id.into());
+        }
+        cancel
     }
 
     /// Pauses or resumes route `route`'s topic at the source: paused while the route holds its

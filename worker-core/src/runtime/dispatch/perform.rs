@@ -211,6 +211,21 @@ where
             return;
         };
         let span = job.span.clone();
+        if let Some(cancel) = self.cancellation(key, &delivery) {
+            tracing::info!(
+                parent: &span,
+                record = %delivery.id,
+                job_id = %cancel.job_id,
+                reason = ?cancel.reason,
+                by = ?cancel.by,
+                "job cancelled: acknowledged without running"
+            );
+            self.on_finished(key, Finished::Cancelled, Duration::ZERO, now);
+            return;
+        }
+        let Some(job) = self.slots.get(key) else {
+            return;
+        };
         let mut request = Job::new(delivery, job.cancel.clone()).with_attempt(job.life.attempt);
         if let Some(origin) = &job.origin {
             request = request.with_origin(origin.topic.clone(), origin.partition, origin.offset);
@@ -255,13 +270,17 @@ where
         took: Duration,
         now: Instant,
     ) {
-        self.fetching.coalesce.finished(took);
+        let ran = !matches!(finished, Finished::Cancelled);
+        if ran {
+            self.fetching.coalesce.finished(took);
+        }
         let Some(job) = self.slots.get(key) else {
             return;
         };
-        if let Some(latency) = job
-            .route
-            .and_then(|route| self.waits.latency.get_mut(route))
+        if ran
+            && let Some(latency) = job
+                .route
+                .and_then(|route| self.waits.latency.get_mut(route))
         {
             // A running average over about eight calls.
             *latency = (*latency * 7 + took) / 8;
@@ -281,6 +300,7 @@ where
                 tracing::warn!(parent: &job.span, record = %job.id, "handler timed out");
                 (Outcome::retry("the job timed out"), Cause::Timeout)
             }
+            Finished::Cancelled => (Outcome::Accept, Cause::Cancelled),
         };
         self.step(
             key,

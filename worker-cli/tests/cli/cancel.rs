@@ -1,0 +1,176 @@
+//! Cancelling a job through the group's control topic, against the real broker: a job enqueued
+//! 30 s ahead and cancelled never runs — across a restart of the worker — and is acknowledged
+//! without running when it comes due; a cancellation of an id nobody uses changes nothing.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::fake_http::{Seen, serve};
+use crate::support::*;
+
+const JOB: &str = "appointment-42:reminder";
+
+fn bodies(seen: &Mutex<Seen>) -> Vec<String> {
+    let seen = seen.lock().expect("the seen lock");
+    seen.requests.iter().map(|(body, _)| body.clone()).collect()
+}
+
+async fn logged(log: &std::path::Path, line: &str, within: Duration) {
+    tests::wait_for(
+        &format!("{line:?} in the worker's log"),
+        within,
+        async || Ok(std::fs::read_to_string(log).is_ok_and(|text| text.contains(line))),
+    )
+    .await
+    .expect("the worker logged it");
+}
+
+#[tokio::test]
+async fn a_cancelled_job_never_runs_across_a_restart_and_an_unknown_id_is_harmless() {
+    let scratch = Scratch::new();
+    let topic = unique("cancel");
+    let group = unique("cancel-group");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding");
+    let addr = listener.local_addr().expect("an address");
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let server = tokio::spawn(serve(listener, seen.clone()));
+    let cfg = scratch.write(
+        "worker.toml",
+        &config(
+            &group,
+            &topic,
+            &format!("handler = \"http\"\nurl = \"http://{addr}/send\"\ntimeout = \"5s\""),
+        )
+        .replace("[dlq]", "[control]\n\n[dlq]"),
+    );
+    let cfg = cfg.to_str().expect("utf-8 path");
+    assert_ok(
+        &share_worker(&["setup", "--config", cfg, "--partitions", "1"], &[]).await,
+        "setup",
+    );
+    let later = scratch.write("later.txt", "ok-later\n");
+    let out = share_worker(
+        &[
+            "produce",
+            "--config",
+            cfg,
+            "--topic",
+            &topic,
+            "--file",
+            later.to_str().expect("utf-8 path"),
+            "--delay",
+            "30s",
+            "--job-id",
+            JOB,
+        ],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "produce the reminder");
+    assert!(
+        text(&out.stdout).contains(&format!("job id {JOB}")),
+        "{}",
+        text(&out.stdout)
+    );
+    let now = scratch.write("now.txt", "ok-now\n");
+    let out = share_worker(
+        &[
+            "produce",
+            "--config",
+            cfg,
+            "--topic",
+            &topic,
+            "--file",
+            now.to_str().expect("utf-8 path"),
+        ],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "produce a job for now");
+    for id in [JOB, "nobody-has-this-id"] {
+        let out = share_worker(
+            &[
+                "cancel",
+                "--config",
+                cfg,
+                "--job-id",
+                id,
+                "--reason",
+                "appointment cancelled",
+            ],
+            &[],
+        )
+        .await;
+        assert_ok(&out, "cancel");
+        assert!(
+            text(&out.stdout).contains(&format!("job {id} cancelled for group {group}")),
+            "{}",
+            text(&out.stdout)
+        );
+    }
+    let out = share_worker(&["cancel", "--config", cfg, "--job-id", "a/b"], &[]).await;
+    assert!(!out.status.success(), "an invalid job id is refused");
+
+    // The first worker runs the job for now and holds the reminder until it is due; it stops
+    // before then.
+    let first_log = scratch.0.join("first.log");
+    let first = spawn(&["run", "--config", cfg], &first_log);
+    tests::wait_for("the job for now", Duration::from_secs(60), async || {
+        Ok(bodies(&seen).contains(&"ok-now".to_owned()))
+    })
+    .await
+    .expect("the worker runs jobs");
+    logged(
+        &first_log,
+        "control: job cancelled",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(terminate(first).await.success(), "a clean stop");
+
+    // A new worker reads the cancellation before its first fetch and acknowledges the reminder
+    // without running it when it comes due.
+    let stats = scratch.0.join("stats.json");
+    let second_log = scratch.0.join("second.log");
+    let second = spawn(
+        &[
+            "run",
+            "--config",
+            cfg,
+            "--stats-json",
+            stats.to_str().expect("utf-8 path"),
+        ],
+        &second_log,
+    );
+    logged(
+        &second_log,
+        "job cancelled: acknowledged without running",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(terminate(second).await.success(), "a clean stop");
+    let stats: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&stats).expect("the stats file")).expect("json");
+    assert_eq!(stats["cancelled"], 1, "{stats}");
+    assert_eq!(bodies(&seen), ["ok-now"], "the cancelled job never ran");
+    let out = share_worker(&["status", "--config", cfg, "--json"], &[]).await;
+    assert_ok(&out, "status");
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status json");
+    assert_eq!(status["cancelled_jobs"], 2, "{status}");
+    tests::wait_for(
+        "the group's lag to reach 0: the cancelled job was acknowledged",
+        Duration::from_secs(10),
+        async || {
+            let out = share_worker(&["status", "--config", cfg, "--json"], &[]).await;
+            let status: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+            Ok(status["offsets"]
+                .as_array()
+                .is_some_and(|parts| parts.iter().all(|p| p["lag"] == 0)))
+        },
+    )
+    .await
+    .expect("nothing left");
+    server.abort();
+}
