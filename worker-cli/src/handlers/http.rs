@@ -106,7 +106,15 @@ impl Http {
             .header("X-Share-Delivery-Count", job.attempt().to_string())
             .header("Idempotency-Key", format!("{topic}-{partition}-{offset}"))
             .body(body);
-        match request.send().await {
+        let sent = tokio::select! {
+            sent = request.send() => sent,
+            // Cancelled (through the control topic, or its lock lost): the request is dropped.
+            // What was sent may still arrive; the retry finds the job cancelled and accepts it.
+            () = job.cancellation().cancelled() => {
+                return Outcome::retry(format!("{}: the job was cancelled", self.shown));
+            }
+        };
+        match sent {
             // The response is dropped unread: a large or endless body costs nothing.
             Ok(response) => classify(response.status(), response.headers(), self.on_redirect),
             Err(err) => {

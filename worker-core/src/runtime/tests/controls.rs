@@ -8,9 +8,9 @@ use std::time::{Duration, SystemTime};
 
 use super::support::{handler, wait_until};
 use crate::Outcome;
-use crate::control::{Controls, Pause};
+use crate::control::{Cancel, Controls, JOB_ID, Pause};
 use crate::runtime::Worker;
-use crate::testing::{MemoryBroker, RecordState};
+use crate::testing::{MemoryBroker, ProducedRecord, RecordState};
 
 fn pause(topic: &str, until: Option<SystemTime>) -> Pause {
     Pause {
@@ -156,4 +156,84 @@ async fn a_timed_pause_ends_by_itself() {
     .await;
     shutdown.shutdown();
     run.await.unwrap().unwrap();
+}
+
+fn cancel(job_id: &str) -> Cancel {
+    Cancel {
+        job_id: job_id.to_owned(),
+        until: SystemTime::now() + Duration::from_secs(3600),
+        reason: "appointment cancelled".to_owned(),
+        by: "test".to_owned(),
+        at: SystemTime::now(),
+    }
+}
+
+/// A cancelled job is acknowledged without running; a running one sees its cancellation token
+/// fire; a record without a (valid) job id runs as usual.
+#[tokio::test(start_paused = true)]
+async fn cancelled_jobs_never_run_and_running_ones_are_told_to_stop() {
+    let broker = MemoryBroker::builder()
+        .lock_duration(Duration::from_secs(30))
+        .build();
+    for (value, id) in [
+        ("cancelled-before", Some("job-a")),
+        ("cancelled-while-running", Some("job-b")),
+        ("plain", None),
+        ("bad-id", Some("not a job id")),
+    ] {
+        let mut record = ProducedRecord::new(value);
+        if let Some(id) = id {
+            record = record.header(JOB_ID, id.to_owned());
+        }
+        broker.produce_record("sms", record);
+    }
+    let (controls, sender) = Controls::manual();
+    sender.cancel(cancel("job-a"));
+    let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = ran.clone();
+    let worker = Worker::builder(broker.member("w"))
+        .route(
+            "sms",
+            handler(move |job| {
+                let seen = seen.clone();
+                async move {
+                    let value = String::from_utf8_lossy(job.payload().map_or(&[][..], |b| &b[..]))
+                        .into_owned();
+                    if value == "cancelled-while-running" {
+                        tokio::select! {
+                            () = job.cancellation().cancelled() => {
+                                seen.lock().unwrap().push(format!("{value}: stopped"));
+                                return Outcome::Accept;
+                            }
+                            () = tokio::time::sleep(Duration::from_secs(600)) => {}
+                        }
+                    }
+                    seen.lock().unwrap().push(value);
+                    Outcome::Accept
+                }
+            }),
+        )
+        .controls(controls)
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let r = ran.clone();
+    wait_until(Duration::from_secs(30), "the plain jobs", move || {
+        r.lock().unwrap().len() == 2
+    })
+    .await;
+    sender.cancel(cancel("job-b"));
+    let b = broker.clone();
+    wait_until(Duration::from_secs(30), "every record settled", move || {
+        states(&b, "sms", 4, RecordState::Acknowledged)
+    })
+    .await;
+    shutdown.shutdown();
+    let summary = run.await.unwrap().unwrap();
+    let mut ran = ran.lock().unwrap().clone();
+    ran.sort();
+    assert_eq!(ran, ["bad-id", "cancelled-while-running: stopped", "plain"]);
+    assert_eq!(summary.cancelled, 1, "{summary:?}");
+    assert_eq!(summary.accepted, 4, "{summary:?}");
 }
