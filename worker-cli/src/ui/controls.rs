@@ -22,8 +22,8 @@ use crate::config::Config;
 
 /// How long the dashboard waits before it tries the control topic again after a failed read.
 const RETRY: Duration = Duration::from_secs(5);
-/// The longest reason a dashboard pause takes (the control topic's own bound).
-const MAX_REASON: usize = 256;
+/// The longest reason a dashboard command takes (the control topic's own bound).
+pub(super) const MAX_REASON: usize = 256;
 
 /// The group's control topic as the dashboard sees it.
 #[derive(Debug)]
@@ -35,6 +35,11 @@ pub(crate) struct RouteControls {
 }
 
 impl RouteControls {
+    /// Where commands are written; `None` without `[control]`.
+    pub(super) fn topic(&self) -> Option<&ControlTopic> {
+        self.topic.as_ref()
+    }
+
     /// With `[control]`, starts reading the control topic in the background (again every few
     /// seconds until it can be read; until then the routes show no pause state).
     pub(crate) fn start(config: &Config) -> anyhow::Result<Self> {
@@ -128,6 +133,12 @@ fn table(dashboard: &Dashboard) -> Markup {
                         }
                     }
                 }
+            }
+        }
+        @if let Some(state) = &state {
+            p #cancellations {
+                (state.cancels(now).count()) " job cancellations in force"
+                @if chrome.actions { " · " a.cancel-job href="/ui/cancel" { "Cancel a job…" } }
             }
         }
     }
@@ -299,7 +310,7 @@ fn finish(
 }
 
 /// Who asked, as written into the command: the dashboard and the client's address.
-fn who(peer: Option<&Peer>) -> String {
+pub(super) fn who(peer: Option<&Peer>) -> String {
     match peer {
         Some(peer) => format!("dashboard {}", peer.0),
         None => "dashboard".to_owned(),

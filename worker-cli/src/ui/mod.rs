@@ -20,6 +20,7 @@
 //!   HTTPS, the `Host` allow-list and its connection limits.
 
 mod action;
+mod cancel;
 mod charts;
 mod controls;
 mod dlq_index;
@@ -361,6 +362,7 @@ pub(crate) fn router(dashboard: Arc<Dashboard>) -> Router {
             "/ui/routes/{topic}/resume",
             axum::routing::post(controls::resume),
         )
+        .route("/ui/cancel", get(cancel::form).post(cancel::cancel))
         .route("/ui/jobs/{id}", get(job))
         .route("/ui/live/jobs/{id}", get(job_live))
         .route_layer(middleware::from_fn_with_state(dashboard.clone(), admit));

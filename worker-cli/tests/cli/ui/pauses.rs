@@ -1,9 +1,11 @@
-//! Pausing and resuming a route from the dashboard: the command reaches the group's control topic
-//! (what every worker follows, and what `status` reads back), the overview shows it, and each
-//! action leaves an audit line.
+//! Pausing and resuming a route, and cancelling a job, from the dashboard: the command reaches the
+//! group's control topic (what every worker follows, and what `status` reads back), the overview
+//! shows it, and each action leaves an audit line.
 
 use crate::support::*;
-use crate::ui::browser::{Chromium, click_and_wait, fill, screenshot, wait_listening, wait_until};
+use crate::ui::browser::{
+    Chromium, click_and_wait, eval, fill, screenshot, wait_listening, wait_until,
+};
 
 #[tokio::test]
 async fn a_route_is_paused_and_resumed_from_the_dashboard() {
@@ -66,7 +68,37 @@ async fn a_route_is_paused_and_resumed_from_the_dashboard() {
     let out = share_worker(&["status", "--config", cfg], &[]).await;
     assert!(text(&out.stdout).contains("no route is paused"));
 
+    // A job cancelled from the dashboard is a command on the same topic.
+    click_and_wait(&page, "#cancellations a.cancel-job", "#confirm").await;
+    fill(&page, "#job-id", "appointment-42:reminder").await;
+    fill(&page, "#reason", "appointment cancelled").await;
+    click_and_wait(&page, "#confirm", "p.card").await;
+    let said: String = eval(&page, "document.querySelector('p.card').textContent").await;
+    assert!(
+        said.starts_with("job appointment-42:reminder is cancelled for the whole group until "),
+        "{said}"
+    );
+    screenshot(&page, "job-cancelled").await;
+    let out = share_worker(&["status", "--config", cfg, "--json"], &[]).await;
+    assert_ok(&out, "status");
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status json");
+    assert_eq!(status["cancelled_jobs"], 1, "{status}");
+    let page = browser.open(&format!("{base}/ui")).await;
+    wait_until(
+        &page,
+        "the cancellation on the overview",
+        "document.querySelector('#cancellations')?.textContent ?? ''",
+        |s: &String| s.starts_with("1 job cancellations in force"),
+    )
+    .await;
+
     let audit = std::fs::read_to_string(&log).expect("the dashboard's log");
+    assert!(
+        audit.lines().any(|l| l.contains("share_worker::audit")
+            && l.contains("dashboard job action done")
+            && l.contains("appointment-42:reminder")),
+        "the cancellation audited: {audit}"
+    );
     for action in ["pause", "resume"] {
         assert!(
             audit.lines().any(|l| l.contains("share_worker::audit")
