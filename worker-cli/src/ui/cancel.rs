@@ -19,7 +19,7 @@ use super::routes::Shared;
 
 /// `GET /ui/cancel`: the form, with the job id, the reason and how long.
 pub(crate) async fn form(State(dashboard): Shared) -> Response {
-    if let Err(refused) = writable(&dashboard) {
+    if let Some(refused) = refusal(&dashboard) {
         return refused;
     }
     page(&dashboard).into_response()
@@ -54,7 +54,7 @@ pub(crate) async fn cancel(
     State(dashboard): Shared,
     ActionForm { params, peer }: ActionForm,
 ) -> Response {
-    if let Err(refused) = writable(&dashboard) {
+    if let Some(refused) = refusal(&dashboard) {
         return refused;
     }
     let not_done = |why: &str| dashboard.page(StatusCode::BAD_REQUEST, "Not cancelled", why);
@@ -102,18 +102,18 @@ fn until(at: SystemTime) -> String {
     humantime::format_rfc3339_seconds(at).to_string()
 }
 
-/// `Ok` when actions are allowed and the file has a `[control]` table; else the page that says
-/// why not.
-fn writable(dashboard: &Dashboard) -> Result<(), Response> {
+/// The page that says why no job can be cancelled here (actions off, or no `[control]` table),
+/// if that is so.
+fn refusal(dashboard: &Dashboard) -> Option<Response> {
     if !dashboard.guard.actions_allowed() {
-        return Err(dashboard.refused(Refusal::ActionsOff));
+        return Some(dashboard.refused(Refusal::ActionsOff));
     }
     if dashboard.controls.topic().is_none() {
-        return Err(dashboard.page(
+        return Some(dashboard.page(
             StatusCode::CONFLICT,
             "No control topic",
             "this dashboard's configuration has no [control] table",
         ));
     }
-    Ok(())
+    None
 }

@@ -114,9 +114,12 @@ fn table(dashboard: &Dashboard) -> Markup {
                     tr data-topic=(topic) {
                         td { code { (topic) } }
                         td.state {
-                            @match pause {
-                                Some(pause) => { (paused_text(pause)) }
-                                None => { "running" }
+                            // Until the control topic is read, nobody knows: not "running".
+                            @match (&state, pause) {
+                                (None, _) if controls.topic.is_some() => { "unknown" }
+                                (None, _) => { "running" }
+                                (Some(_), Some(pause)) => { (paused_text(pause)) }
+                                (Some(_), None) => { "running" }
                             }
                         }
                         @if chrome.actions && state.is_some() {
