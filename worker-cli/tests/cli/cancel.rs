@@ -2,48 +2,22 @@
 //! 30 s ahead and cancelled never runs — across a restart of the worker — and is acknowledged
 //! without running when it comes due; a cancellation of an id nobody uses changes nothing.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::net::TcpListener;
-
-use crate::fake_http::{Seen, serve};
+use crate::fake_http::Endpoint;
 use crate::support::*;
 
 const JOB: &str = "appointment-42:reminder";
-
-fn bodies(seen: &Mutex<Seen>) -> Vec<String> {
-    let seen = seen.lock().expect("the seen lock");
-    seen.requests.iter().map(|(body, _)| body.clone()).collect()
-}
-
-async fn logged(log: &std::path::Path, line: &str, within: Duration) {
-    tests::wait_for(
-        &format!("{line:?} in the worker's log"),
-        within,
-        async || Ok(std::fs::read_to_string(log).is_ok_and(|text| text.contains(line))),
-    )
-    .await
-    .expect("the worker logged it");
-}
 
 #[tokio::test]
 async fn a_cancelled_job_never_runs_across_a_restart_and_an_unknown_id_is_harmless() {
     let scratch = Scratch::new();
     let topic = unique("cancel");
     let group = unique("cancel-group");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding");
-    let addr = listener.local_addr().expect("an address");
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let server = tokio::spawn(serve(listener, seen.clone()));
+    let endpoint = Endpoint::start().await;
     let cfg = scratch.write(
         "worker.toml",
-        &config(
-            &group,
-            &topic,
-            &format!("handler = \"http\"\nurl = \"http://{addr}/send\"\ntimeout = \"5s\""),
-        )
-        .replace("[dlq]", "[control]\n\n[dlq]"),
+        &control_config(&group, &topic, &endpoint.route()),
     );
     let cfg = cfg.to_str().expect("utf-8 path");
     assert_ok(
@@ -118,12 +92,12 @@ async fn a_cancelled_job_never_runs_across_a_restart_and_an_unknown_id_is_harmle
     let first_log = scratch.0.join("first.log");
     let first = spawn(&["run", "--config", cfg], &first_log);
     tests::wait_for("the job for now", Duration::from_secs(60), async || {
-        Ok(bodies(&seen).contains(&"ok-now".to_owned()))
+        Ok(endpoint.bodies().contains(&"ok-now".to_owned()))
     })
     .await
     .expect("the worker runs jobs");
-    logged(
-        &first_log,
+    wait_logged(
+        &[&first_log],
         "control: job cancelled",
         Duration::from_secs(10),
     )
@@ -144,8 +118,8 @@ async fn a_cancelled_job_never_runs_across_a_restart_and_an_unknown_id_is_harmle
         ],
         &second_log,
     );
-    logged(
-        &second_log,
+    wait_logged(
+        &[&second_log],
         "job cancelled: acknowledged without running",
         Duration::from_secs(60),
     )
@@ -154,7 +128,7 @@ async fn a_cancelled_job_never_runs_across_a_restart_and_an_unknown_id_is_harmle
     let stats: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&stats).expect("the stats file")).expect("json");
     assert_eq!(stats["cancelled"], 1, "{stats}");
-    assert_eq!(bodies(&seen), ["ok-now"], "the cancelled job never ran");
+    assert_eq!(endpoint.bodies(), ["ok-now"], "the cancelled job never ran");
     let out = share_worker(&["status", "--config", cfg, "--json"], &[]).await;
     assert_ok(&out, "status");
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status json");
@@ -172,5 +146,4 @@ async fn a_cancelled_job_never_runs_across_a_restart_and_an_unknown_id_is_harmle
     )
     .await
     .expect("nothing left");
-    server.abort();
 }

@@ -3,29 +3,17 @@
 //! restart of every worker, malformed commands change nothing, and a resume or the end of a
 //! timed pause starts the fleet again.
 
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::process::Child;
 use tokio::time::Instant;
 
-use crate::fake_http::{Seen, serve};
+use crate::fake_http::Endpoint;
 use crate::support::*;
 
 const WORKERS: usize = 3;
 /// How soon every worker obeys a command once the broker confirmed it.
 const OBEYED_WITHIN: Duration = Duration::from_secs(2);
-
-fn fleet_config(group: &str, topic: &str, addr: SocketAddr) -> String {
-    config(
-        group,
-        topic,
-        &format!("handler = \"http\"\nurl = \"http://{addr}/send\"\ntimeout = \"5s\""),
-    )
-    .replace("[dlq]", "[control]\n\n[dlq]")
-}
 
 /// `WORKERS` `share-worker run` processes, killed when dropped; `generation` names their logs.
 fn start_fleet(scratch: &Scratch, cfg: &str, generation: &str) -> Vec<(Child, std::path::PathBuf)> {
@@ -37,17 +25,13 @@ fn start_fleet(scratch: &Scratch, cfg: &str, generation: &str) -> Vec<(Child, st
         .collect()
 }
 
-fn handled(seen: &Mutex<Seen>) -> usize {
-    seen.lock().expect("the seen lock").requests.len()
-}
-
 /// Fails if a request arrives within `window`.
-async fn none_handled_for(seen: &Mutex<Seen>, window: Duration, what: &str) {
-    let before = handled(seen);
+async fn none_handled_for(endpoint: &Endpoint, window: Duration, what: &str) {
+    let before = endpoint.handled();
     let end = Instant::now() + window;
     while Instant::now() < end {
         assert_eq!(
-            handled(seen),
+            endpoint.handled(),
             before,
             "{what}: a record of the paused route was handled"
         );
@@ -65,17 +49,8 @@ async fn produce_batch(topic: &str, prefix: &str, n: usize) {
 
 /// Waits until every worker of `fleet` logged `line`, within `limit`.
 async fn every_worker_logged(fleet: &[(Child, std::path::PathBuf)], line: &str, limit: Duration) {
-    tests::wait_for(
-        &format!("every worker to log {line:?}"),
-        limit,
-        async || {
-            Ok(fleet
-                .iter()
-                .all(|(_, log)| std::fs::read_to_string(log).is_ok_and(|text| text.contains(line))))
-        },
-    )
-    .await
-    .expect("every worker obeyed");
+    let logs: Vec<&std::path::Path> = fleet.iter().map(|(_, log)| log.as_path()).collect();
+    wait_logged(&logs, line, limit).await;
 }
 
 #[tokio::test]
@@ -83,11 +58,11 @@ async fn a_pause_holds_for_every_worker_of_the_group_across_restarts_until_it_is
     let scratch = Scratch::new();
     let topic = unique("fleet-pause");
     let group = unique("fleet-pause-group");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding");
-    let addr = listener.local_addr().expect("an address");
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let server = tokio::spawn(serve(listener, seen.clone()));
-    let cfg = scratch.write("worker.toml", &fleet_config(&group, &topic, addr));
+    let endpoint = Endpoint::start().await;
+    let cfg = scratch.write(
+        "worker.toml",
+        &control_config(&group, &topic, &endpoint.route()),
+    );
     let cfg = cfg.to_str().expect("utf-8 path");
     let out = share_worker(&["setup", "--config", cfg, "--partitions", "3"], &[]).await;
     assert_ok(&out, "setup");
@@ -102,7 +77,7 @@ async fn a_pause_holds_for_every_worker_of_the_group_across_restarts_until_it_is
     tests::wait_for(
         "the first 30 records",
         Duration::from_secs(60),
-        async || Ok(handled(&seen) >= 30),
+        async || Ok(endpoint.handled() >= 30),
     )
     .await
     .expect("the fleet handles records");
@@ -125,8 +100,8 @@ async fn a_pause_holds_for_every_worker_of_the_group_across_restarts_until_it_is
     assert_ok(&out, "pause");
     every_worker_logged(&fleet, "route paused fleet-wide", OBEYED_WITHIN).await;
     produce_batch(&topic, "b", 30).await;
-    none_handled_for(&seen, Duration::from_secs(5), "paused").await;
-    assert_eq!(handled(&seen), 30);
+    none_handled_for(&endpoint, Duration::from_secs(5), "paused").await;
+    assert_eq!(endpoint.handled(), 30);
 
     let out = share_worker(&["status", "--config", cfg], &[]).await;
     assert_ok(&out, "status");
@@ -154,19 +129,24 @@ async fn a_pause_holds_for_every_worker_of_the_group_across_restarts_until_it_is
             .expect("writing a malformed command");
     }
     every_worker_logged(&fleet, "control command refused", Duration::from_secs(10)).await;
-    none_handled_for(&seen, Duration::from_secs(5), "paused after the restart").await;
+    none_handled_for(
+        &endpoint,
+        Duration::from_secs(5),
+        "paused after the restart",
+    )
+    .await;
 
     let out = share_worker(&["resume", "--config", cfg, "--topic", &topic], &[]).await;
     assert_ok(&out, "resume");
     tests::wait_for(
         "a record within 2 s of the resume",
         OBEYED_WITHIN,
-        async || Ok(handled(&seen) > 30),
+        async || Ok(endpoint.handled() > 30),
     )
     .await
     .expect("the fleet resumes");
     tests::wait_for("every record", Duration::from_secs(60), async || {
-        Ok(handled(&seen) >= 60)
+        Ok(endpoint.handled() >= 60)
     })
     .await
     .expect("the fleet drains the route");
@@ -186,7 +166,7 @@ async fn a_pause_holds_for_every_worker_of_the_group_across_restarts_until_it_is
     tests::wait_for(
         "the records after the timed pause",
         Duration::from_secs(30),
-        async || Ok(handled(&seen) >= 70),
+        async || Ok(endpoint.handled() >= 70),
     )
     .await
     .expect("the timed pause ends");
@@ -196,5 +176,4 @@ async fn a_pause_holds_for_every_worker_of_the_group_across_restarts_until_it_is
         paused.elapsed()
     );
     drop(fleet);
-    server.abort();
 }

@@ -161,3 +161,52 @@ pub(crate) async fn collector_connection(
         }
     }
 }
+
+/// A [`serve`] endpoint on a free loopback port, for the `http` handler; stopped when dropped.
+pub(crate) struct Endpoint {
+    pub(crate) seen: Arc<Mutex<Seen>>,
+    addr: std::net::SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Endpoint {
+    pub(crate) async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding");
+        let addr = listener.local_addr().expect("an address");
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let task = tokio::spawn(serve(listener, seen.clone()));
+        Self { seen, addr, task }
+    }
+
+    /// The route lines of an `http` handler that posts here.
+    pub(crate) fn route(&self) -> String {
+        format!(
+            "handler = \"http\"\nurl = \"http://{}/send\"\ntimeout = \"5s\"",
+            self.addr
+        )
+    }
+
+    /// The body of every request so far.
+    pub(crate) fn bodies(&self) -> Vec<String> {
+        let seen = self.seen.lock().expect("the seen lock");
+        seen.requests.iter().map(|(body, _)| body.clone()).collect()
+    }
+
+    /// How many requests arrived so far.
+    pub(crate) fn handled(&self) -> usize {
+        self.seen.lock().expect("the seen lock").requests.len()
+    }
+
+    /// When each request arrived.
+    pub(crate) fn arrivals(&self) -> Vec<std::time::Instant> {
+        self.seen.lock().expect("the seen lock").times.clone()
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -2,12 +2,9 @@
 //! `rate = "30/s"` start records at 30/s together — not 30/s each — and when one of them stops,
 //! the other two take up its share.
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpListener;
-
-use crate::fake_http::{Seen, serve};
+use crate::fake_http::Endpoint;
 use crate::support::*;
 
 const WORKERS: usize = 3;
@@ -17,10 +14,6 @@ const RECORDS: usize = 2_000;
 const WINDOW: Duration = Duration::from_secs(5);
 /// How soon the others take up a stopped worker's share.
 const TAKEN_UP_WITHIN: Duration = Duration::from_secs(10);
-
-fn arrivals(seen: &Mutex<Seen>) -> Vec<Instant> {
-    seen.lock().expect("the seen lock").times.clone()
-}
 
 /// The number of arrivals in each window `[t, t + WINDOW)` for `t` from `from` while
 /// `t + WINDOW <= to`, in steps of 250 ms: (window start, count).
@@ -43,18 +36,13 @@ async fn a_route_rate_holds_for_the_whole_fleet_and_survives_a_worker_leaving() 
     let scratch = Scratch::new();
     let topic = unique("fleet-rate");
     let group = unique("fleet-rate-group");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding");
-    let addr = listener.local_addr().expect("an address");
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let server = tokio::spawn(serve(listener, seen.clone()));
+    let endpoint = Endpoint::start().await;
     let cfg = scratch.write(
         "worker.toml",
         &config(
             &group,
             &topic,
-            &format!(
-                "handler = \"http\"\nurl = \"http://{addr}/send\"\ntimeout = \"5s\"\nrate = \"{RATE}/s\""
-            ),
+            &format!("{}\nrate = \"{RATE}/s\"", endpoint.route()),
         ),
     );
     let cfg = cfg.to_str().expect("utf-8 path");
@@ -70,24 +58,9 @@ async fn a_route_rate_holds_for_the_whole_fleet_and_survives_a_worker_leaving() 
         })
         .collect();
     let shared_by = |n: usize| format!("the rate is shared by {n} workers of the group");
-    let logged = |logs: Vec<std::path::PathBuf>, line: String| async move {
-        tests::wait_for(
-            &format!("{line:?} in every log"),
-            Duration::from_secs(60),
-            async || {
-                Ok(logs
-                    .iter()
-                    .all(|log| std::fs::read_to_string(log).is_ok_and(|text| text.contains(&line))))
-            },
-        )
-        .await
-        .expect("every worker shares the rate");
-    };
-    logged(
-        fleet.iter().map(|(_, log)| log.clone()).collect(),
-        shared_by(WORKERS),
-    )
-    .await;
+    let logs: Vec<std::path::PathBuf> = fleet.iter().map(|(_, log)| log.clone()).collect();
+    let every_log: Vec<&std::path::Path> = logs.iter().map(|log| log.as_path()).collect();
+    wait_logged(&every_log, &shared_by(WORKERS), Duration::from_secs(60)).await;
 
     let producer = tests::producer(&[]).expect("a producer");
     let values: Vec<String> = (0..RECORDS).map(|i| format!("ok-{i}")).collect();
@@ -99,25 +72,26 @@ async fn a_route_rate_holds_for_the_whole_fleet_and_survives_a_worker_leaving() 
     tests::wait_for(
         "a third of the records",
         Duration::from_secs(120),
-        async || Ok(arrivals(&seen).len() >= RECORDS / 3),
+        async || Ok(endpoint.arrivals().len() >= RECORDS / 3),
     )
     .await
     .expect("the fleet handles records");
     let stopped_at = Instant::now();
     let exit = terminate(fleet[0].0.take().expect("a running worker")).await;
     assert!(exit.success(), "a clean stop: {exit:?}");
-    logged(
-        fleet[1..].iter().map(|(_, log)| log.clone()).collect(),
-        shared_by(WORKERS - 1),
+    wait_logged(
+        &every_log[1..],
+        &shared_by(WORKERS - 1),
+        Duration::from_secs(60),
     )
     .await;
 
     tests::wait_for("every record", Duration::from_secs(180), async || {
-        Ok(arrivals(&seen).len() >= RECORDS)
+        Ok(endpoint.arrivals().len() >= RECORDS)
     })
     .await
     .expect("the fleet drains the route");
-    let times = arrivals(&seen);
+    let times = endpoint.arrivals();
     let (first, last) = (times[0], times[times.len() - 1]);
 
     let rate = RATE as f64;
@@ -162,5 +136,4 @@ async fn a_route_rate_holds_for_the_whole_fleet_and_survives_a_worker_leaving() 
         "no whole window after the stop: the run was too short to see the others take up the share"
     );
     drop(fleet);
-    server.abort();
 }

@@ -329,3 +329,19 @@ pub(crate) async fn terminate(mut child: Child) -> std::process::ExitStatus {
         .expect("the process stops within 30 s")
         .expect("its exit status")
 }
+
+/// [`config`] with a `[control]` table: the group's control topic, `{group}.control`.
+pub(crate) fn control_config(group: &str, topic: &str, route: &str) -> String {
+    config(group, topic, route).replace("[dlq]", "[control]\n\n[dlq]")
+}
+
+/// Waits until every log of `logs` has `line`, within `limit`.
+pub(crate) async fn wait_logged(logs: &[&Path], line: &str, limit: Duration) {
+    tests::wait_for(&format!("{line:?} in every log"), limit, async || {
+        Ok(logs
+            .iter()
+            .all(|log| std::fs::read_to_string(log).is_ok_and(|text| text.contains(line))))
+    })
+    .await
+    .expect("every process logged it");
+}
