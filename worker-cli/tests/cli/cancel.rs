@@ -24,45 +24,19 @@ async fn a_cancelled_job_never_runs_across_a_restart_and_an_unknown_id_is_harmle
         &share_worker(&["setup", "--config", cfg, "--partitions", "1"], &[]).await,
         "setup",
     );
-    let later = scratch.write("later.txt", "ok-later\n");
-    let out = share_worker(
-        &[
-            "produce",
-            "--config",
-            cfg,
-            "--topic",
-            &topic,
-            "--file",
-            later.to_str().expect("utf-8 path"),
-            "--delay",
-            "30s",
-            "--job-id",
-            JOB,
-        ],
-        &[],
-    )
-    .await;
-    assert_ok(&out, "produce the reminder");
-    assert!(
-        text(&out.stdout).contains(&format!("job id {JOB}")),
-        "{}",
+    // One job per `produce`, its payload a line of a file.
+    let produce = async |payload: &str, extra: &[&str]| {
+        let file = scratch.write(&format!("{payload}.txt"), &format!("{payload}\n"));
+        let mut args = vec!["produce", "--config", cfg, "--topic", &topic];
+        args.extend(["--file", file.to_str().expect("utf-8 path")]);
+        args.extend(extra);
+        let out = share_worker(&args, &[]).await;
+        assert_ok(&out, payload);
         text(&out.stdout)
-    );
-    let now = scratch.write("now.txt", "ok-now\n");
-    let out = share_worker(
-        &[
-            "produce",
-            "--config",
-            cfg,
-            "--topic",
-            &topic,
-            "--file",
-            now.to_str().expect("utf-8 path"),
-        ],
-        &[],
-    )
-    .await;
-    assert_ok(&out, "produce a job for now");
+    };
+    let said = produce("ok-later", &["--delay", "30s", "--job-id", JOB]).await;
+    assert!(said.contains(&format!("job id {JOB}")), "{said}");
+    produce("ok-now", &[]).await;
     for id in [JOB, "nobody-has-this-id"] {
         let out = share_worker(
             &[
