@@ -46,7 +46,7 @@ pub(crate) async fn status(config: &Config, args: &StatusArgs) -> anyhow::Result
             let now = SystemTime::now();
             Some((
                 state.pauses(now).cloned().collect::<Vec<_>>(),
-                state.cancels(now).count(),
+                state.cancellations(now),
             ))
         }
         None => None,

@@ -140,7 +140,7 @@ fn table(dashboard: &Dashboard) -> Markup {
         }
         @if let Some(state) = &state {
             p #cancellations {
-                (state.cancels(now).count()) " job cancellations in force"
+                (state.cancellations(now)) " job cancellations in force"
                 @if chrome.actions { " · " a.cancel-job href="/ui/cancel" { "Cancel a job…" } }
             }
         }

@@ -3,13 +3,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
 
-use super::command::{Cancel, Command, Pause};
+use super::command::{Command, Pause};
 
 /// The most routes paused at once that a worker keeps; a pause of one more route is refused
 /// (logged and counted), so a flood of commands cannot grow a worker's memory without bound.
 pub(crate) const MAX_PAUSES: usize = 10_000;
 
-/// The most job cancellations a worker keeps (each at most ~600 bytes: about 60 MB at worst).
+/// The most job cancellations a worker keeps. Only the id (at most 64 bytes) and the end of each
+/// are kept — its reason and issuer are logged when it is read — so this is about 12 MB at worst.
 /// When full, lapsed ones are dropped first; a cancellation beyond it is refused (logged and
 /// counted).
 pub(crate) const MAX_CANCELS: usize = 100_000;
@@ -18,7 +19,8 @@ pub(crate) const MAX_CANCELS: usize = 100_000;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ControlState {
     pauses: BTreeMap<String, Pause>,
-    cancels: HashMap<String, Cancel>,
+    /// Job id → when its cancellation lapses.
+    cancels: HashMap<Box<str>, SystemTime>,
 }
 
 impl ControlState {
@@ -34,18 +36,17 @@ impl ControlState {
             .filter(move |pause| pause.in_force(now))
     }
 
-    /// The cancellation of job `job_id` in force at `now`, if any.
-    pub fn cancelled(&self, job_id: &str, now: SystemTime) -> Option<&Cancel> {
+    /// When the cancellation of job `job_id` lapses, if one is in force at `now`.
+    pub fn cancelled(&self, job_id: &str, now: SystemTime) -> Option<SystemTime> {
         self.cancels
             .get(job_id)
-            .filter(|cancel| cancel.in_force(now))
+            .copied()
+            .filter(|until| now < *until)
     }
 
-    /// Every cancellation in force at `now`, in no order.
-    pub fn cancels(&self, now: SystemTime) -> impl Iterator<Item = &Cancel> {
-        self.cancels
-            .values()
-            .filter(move |cancel| cancel.in_force(now))
+    /// How many cancellations are in force at `now`.
+    pub fn cancellations(&self, now: SystemTime) -> usize {
+        self.cancels.values().filter(|until| now < **until).count()
     }
 
     /// When the next timed pause ends after `now`, if one does.
@@ -73,9 +74,11 @@ impl ControlState {
                 self.pauses.remove(&topic);
             }
             Command::Cancel(cancel) => {
-                if self.cancels.len() >= MAX_CANCELS && !self.cancels.contains_key(&cancel.job_id) {
+                if self.cancels.len() >= MAX_CANCELS
+                    && !self.cancels.contains_key(cancel.job_id.as_str())
+                {
                     let now = SystemTime::now();
-                    self.cancels.retain(|_, kept| kept.in_force(now));
+                    self.cancels.retain(|_, until| now < *until);
                     if self.cancels.len() >= MAX_CANCELS {
                         return Err(format!(
                             "{MAX_CANCELS} jobs are cancelled already: the cancellation of {} is refused",
@@ -83,10 +86,10 @@ impl ControlState {
                         ));
                     }
                 }
-                self.cancels.insert(cancel.job_id.clone(), cancel);
+                self.cancels.insert(cancel.job_id.into(), cancel.until);
             }
             Command::Uncancel { job_id } => {
-                self.cancels.remove(&job_id);
+                self.cancels.remove(job_id.as_str());
             }
         }
         Ok(())
@@ -98,6 +101,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::control::Cancel;
 
     fn at(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
@@ -180,7 +184,7 @@ mod tests {
         state
             .apply(cancel("new", far))
             .expect("lapsed ones make room");
-        assert_eq!(state.cancels(at(2)).count(), 1);
+        assert_eq!(state.cancellations(at(2)), 1);
         for n in 0..MAX_CANCELS - 1 {
             state.apply(cancel(&format!("live{n}"), far)).expect("fits");
         }

@@ -4,13 +4,14 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Context;
 use std::time::SystemTime;
 
 use tower::Service;
 
+use crate::control::Controls;
 use crate::control::JOB_ID;
-use crate::control::{Cancel, Controls};
 use crate::runtime::lifecycle::Phase;
 use crate::source::Delivery;
 use crate::source::ShareSource;
@@ -79,13 +80,12 @@ where
             if let Some(id) = &job.job_id
                 && job.life.phase == Phase::Running
                 && !job.cancel.is_cancelled()
-                && let Some(cancel) = state.cancelled(id, wall)
+                && state.cancelled(id, wall).is_some()
             {
                 tracing::info!(
                     parent: &job.span,
                     record = %job.id,
-                    job_id = %cancel.job_id,
-                    reason = ?cancel.reason,
+                    job_id = %id,
                     "job cancelled while running: its cancellation token fires"
                 );
                 job.cancel.cancel();
@@ -119,14 +119,14 @@ where
         moved
     }
 
-    /// The cancellation in force of the job the record in slot `key` carries (`share.job-id`), if
-    /// any; a record with a valid job id keeps it in its slot, for a cancellation that arrives
-    /// while it runs. A header that is no valid job id is no job id.
+    /// The id of the job the record in slot `key` carries (`share.job-id`) when a cancellation of
+    /// it is in force; a record with a valid job id keeps it in its slot, for a cancellation that
+    /// arrives while it runs. A header that is no valid job id is no job id.
     pub(super) fn cancellation(
         &mut self,
         key: crate::runtime::slots::SlotKey,
         delivery: &Delivery,
-    ) -> Option<Cancel> {
+    ) -> Option<Arc<str>> {
         let controls = self.control.controls.as_ref()?;
         let id = delivery
             .headers
@@ -136,13 +136,14 @@ where
             .and_then(|header| header.value.as_deref())
             .and_then(|value| std::str::from_utf8(value).ok())
             .filter(|id| crate::checks::job_id(id).is_ok())?;
-        let cancel = controls.state().cancelled(id, SystemTime::now()).cloned();
-        if cancel.is_none()
-            && let Some(job) = self.slots.get_mut(key)
-        {
-            job.job_id = Some(id.into());
+        let id: Arc<str> = id.into();
+        if controls.state().cancelled(&id, SystemTime::now()).is_some() {
+            return Some(id);
         }
-        cancel
+        if let Some(job) = self.slots.get_mut(key) {
+            job.job_id = Some(id);
+        }
+        None
     }
 
     /// Pauses or resumes route `route`'s topic at the source: paused while the route holds its

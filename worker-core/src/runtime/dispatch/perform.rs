@@ -211,13 +211,11 @@ where
             return;
         };
         let span = job.span.clone();
-        if let Some(cancel) = self.cancellation(key, &delivery) {
+        if let Some(job_id) = self.cancellation(key, &delivery) {
             tracing::info!(
                 parent: &span,
                 record = %delivery.id,
-                job_id = %cancel.job_id,
-                reason = ?cancel.reason,
-                by = ?cancel.by,
+                job_id = %job_id,
                 "job cancelled: acknowledged without running"
             );
             self.on_finished(key, Finished::Cancelled, Duration::ZERO, now);
