@@ -11,7 +11,7 @@ use worker_core::{checks, defaults};
 
 use super::Dashboard;
 use super::action::ActionForm;
-use super::controls::{MAX_REASON, who};
+use super::controls::{MAX_REASON, for_field, reason_field, who};
 use super::guard::Refusal;
 use super::jobs::AUDIT;
 use super::pages::{self, Tab};
@@ -62,18 +62,10 @@ pub(crate) async fn cancel(
     if let Err(why) = checks::job_id(&job_id) {
         return not_done(&why);
     }
-    let reason = params.get("reason").trim().to_owned();
-    if reason.is_empty() || reason.chars().count() > MAX_REASON {
-        return not_done(&format!(
-            "a reason of 1 to {MAX_REASON} characters is needed"
-        ));
-    }
-    let ttl = match params.get("for").trim() {
-        "" => defaults::CANCEL_TTL,
-        text => match humantime::parse_duration(text) {
-            Ok(ttl) if !ttl.is_zero() => ttl,
-            _ => return not_done("`for` must be a duration such as 7d, or empty"),
-        },
+    let fields = reason_field(&params).and_then(|reason| Ok((reason, for_field(&params)?)));
+    let (reason, ttl) = match fields {
+        Ok((reason, ttl)) => (reason, ttl.unwrap_or(defaults::CANCEL_TTL)),
+        Err(why) => return not_done(&why),
     };
     let Some(control) = dashboard.controls.topic() else {
         return not_done("no control topic");

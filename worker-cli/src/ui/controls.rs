@@ -16,6 +16,7 @@ use super::action::ActionForm;
 use super::guard::Refusal;
 use super::jobs::AUDIT;
 use super::pages::{self, Chrome, Tab};
+use super::params::Params;
 use super::routes::Shared;
 use super::{Dashboard, Peer};
 use crate::config::Config;
@@ -203,26 +204,10 @@ pub(crate) async fn pause(
         Ok(control) => control,
         Err(why) => return refused(&dashboard, &topic, why),
     };
-    let reason = params.get("reason").trim().to_owned();
-    if reason.is_empty() || reason.chars().count() > MAX_REASON {
-        return dashboard.page(
-            StatusCode::BAD_REQUEST,
-            "Not paused",
-            &format!("a reason of 1 to {MAX_REASON} characters is needed"),
-        );
-    }
-    let duration = match params.get("for").trim() {
-        "" => None,
-        text => match humantime::parse_duration(text) {
-            Ok(duration) if !duration.is_zero() => Some(duration),
-            _ => {
-                return dashboard.page(
-                    StatusCode::BAD_REQUEST,
-                    "Not paused",
-                    "`for` must be a duration such as 10m, or empty",
-                );
-            }
-        },
+    let fields = reason_field(&params).and_then(|reason| Ok((reason, for_field(&params)?)));
+    let (reason, duration) = match fields {
+        Ok(fields) => fields,
+        Err(why) => return dashboard.page(StatusCode::BAD_REQUEST, "Not paused", &why),
     };
     let by = who(peer.as_ref());
     let written = match duration {
@@ -309,6 +294,28 @@ fn finish(
             tracing::warn!(target: AUDIT, action, topic = ?topic, reason = ?reason, client = ?by, error = %err, "dashboard route action failed");
             dashboard.page(StatusCode::BAD_GATEWAY, "Not done", &err.to_string())
         }
+    }
+}
+
+/// The form's `reason`: 1 to [`MAX_REASON`] characters (the control topic's own bound).
+pub(super) fn reason_field(params: &Params) -> Result<String, String> {
+    let reason = params.get("reason").trim();
+    if reason.is_empty() || reason.chars().count() > MAX_REASON {
+        return Err(format!(
+            "a reason of 1 to {MAX_REASON} characters is needed"
+        ));
+    }
+    Ok(reason.to_owned())
+}
+
+/// The form's `for`: a duration above 0 (`10m`), or `None` when empty.
+pub(super) fn for_field(params: &Params) -> Result<Option<Duration>, String> {
+    match params.get("for").trim() {
+        "" => Ok(None),
+        text => match humantime::parse_duration(text) {
+            Ok(duration) if !duration.is_zero() => Ok(Some(duration)),
+            _ => Err("`for` must be a duration such as 10m, or empty".to_owned()),
+        },
     }
 }
 

@@ -2,7 +2,7 @@
 //! (JSON) says what to do, until when, why and who asked. Everything read here comes from a topic
 //! anyone with write access can fill, so every field is bounded and checked before it is obeyed.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +65,21 @@ pub struct Cancel {
 }
 
 impl Cancel {
+    /// A cancellation of `job_id` issued now that lasts `ttl`; `Err` when that ends at no valid
+    /// time.
+    pub fn lasting(job_id: &str, ttl: Duration, reason: &str, by: &str) -> Result<Self, String> {
+        let at = SystemTime::now();
+        Ok(Self {
+            job_id: job_id.to_owned(),
+            until: at
+                .checked_add(ttl)
+                .ok_or_else(|| format!("a cancellation of {ttl:?} lapses at no valid time"))?,
+            reason: reason.to_owned(),
+            by: by.to_owned(),
+            at,
+        })
+    }
+
     /// Whether the cancellation is in force at `now`.
     pub fn in_force(&self, now: SystemTime) -> bool {
         now < self.until

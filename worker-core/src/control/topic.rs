@@ -152,18 +152,7 @@ impl ControlTopic {
         reason: &str,
         by: &str,
     ) -> Result<Cancel> {
-        let now = SystemTime::now();
-        let cancel = Cancel {
-            job_id: job_id.to_owned(),
-            until: now.checked_add(ttl).ok_or_else(|| {
-                self.invalid(&format!(
-                    "a cancellation of {ttl:?} lapses at no valid time"
-                ))
-            })?,
-            reason: reason.to_owned(),
-            by: by.to_owned(),
-            at: now,
-        };
+        let cancel = Cancel::lasting(job_id, ttl, reason, by).map_err(|why| self.invalid(&why))?;
         let (key, value) = super::cancel_record(&cancel).map_err(|why| self.invalid(&why))?;
         self.write(&key, &value, &format!("cancelling job {job_id}"))
             .await?;

@@ -197,22 +197,13 @@ impl JobProducer {
         ttl: Duration,
         reason: &str,
     ) -> Result<Cancel> {
-        let now = SystemTime::now();
         let invalid = |why: String| {
             Error::new(
                 ErrorKind::Config,
                 format!("cancelling job {job_id:?} on {control_topic}: {why}"),
             )
         };
-        let cancel = Cancel {
-            job_id: job_id.to_owned(),
-            until: now.checked_add(ttl).ok_or_else(|| {
-                invalid(format!("a cancellation of {ttl:?} lapses at no valid time"))
-            })?,
-            reason: reason.to_owned(),
-            by: "JobProducer".to_owned(),
-            at: now,
-        };
+        let cancel = Cancel::lasting(job_id, ttl, reason, "JobProducer").map_err(invalid)?;
         let (key, value) = cancel_record(&cancel).map_err(invalid)?;
         self.inner
             .producer
