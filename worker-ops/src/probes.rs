@@ -500,6 +500,7 @@ mod tests {
             reason: "provider\noutage".to_owned(),
             by: "ops".to_owned(),
             at: SystemTime::now(),
+            probe: None,
         });
         let (status, body) = get(probes.router(), "/readyz").await;
         assert_eq!(status, StatusCode::OK, "a paused route is information");
@@ -520,6 +521,7 @@ mod tests {
                 reason: "x".repeat(256),
                 by: "ops".to_owned(),
                 at: SystemTime::now(),
+                probe: None,
             });
         }
         let (status, body) = get(probes.router(), "/readyz").await;

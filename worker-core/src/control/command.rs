@@ -30,6 +30,20 @@ pub struct Pause {
     pub by: String,
     /// When it was issued.
     pub at: SystemTime,
+    /// Set by a circuit breaker: the worker that probes the route once `until` passes, while
+    /// the others stay paused until the probe's end.
+    pub probe: Option<Probe>,
+}
+
+/// A circuit breaker's half-open probe: once its pause's `until` passes, `worker` alone runs a
+/// few of the route's records, then resumes the route or pauses it again; every other worker
+/// stays paused until `until`, so a prober that dies holds the route no longer than that.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// The prober's id: random per worker, in the `by` of the commands it writes.
+    pub worker: String,
+    /// When the probe ends for the others: the pause then lapses.
+    pub until: SystemTime,
 }
 
 impl Pause {
@@ -41,9 +55,23 @@ impl Pause {
         )
     }
 
-    /// Whether the pause is in force at `now`.
+    /// Whether the pause is in force at `now` (for a breaker's pause: until its probe ends).
     pub fn in_force(&self, now: SystemTime) -> bool {
-        self.until.is_none_or(|until| now < until)
+        self.ends().is_none_or(|end| now < end)
+    }
+
+    /// When it ends for every worker, if it does by itself.
+    pub fn ends(&self) -> Option<SystemTime> {
+        let until = self.until?;
+        Some(self.probe.as_ref().map_or(until, |p| p.until.max(until)))
+    }
+
+    /// Whether worker `worker` probes the route at `now`: the pause names it the prober, its
+    /// `until` passed and the probe has not ended.
+    pub fn probing(&self, worker: &str, now: SystemTime) -> bool {
+        self.probe.as_ref().is_some_and(|probe| {
+            probe.worker == worker && self.until.is_some_and(|until| until <= now) && now < probe.until
+        })
     }
 }
 
@@ -119,6 +147,16 @@ struct Value {
     job: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     until: Option<String>,
+    /// A breaker's prober, for a pause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    probe: Option<String>,
+    /// When a breaker's probe ends.
+    #[serde(
+        default,
+        rename = "probe-until",
+        skip_serializing_if = "Option::is_none"
+    )]
+    probe_until: Option<String>,
     #[serde(default)]
     reason: String,
     #[serde(default)]
@@ -137,12 +175,20 @@ pub(crate) fn encode_pause(pause: &Pause) -> Result<(String, Vec<u8>), String> {
     check_topic(&pause.topic)?;
     check_text("reason", &pause.reason)?;
     check_text("by", &pause.by)?;
+    if let Some(probe) = &pause.probe {
+        check_text("probe", &probe.worker)?;
+        if pause.until.is_none() {
+            return Err("a probe without `until`".to_owned());
+        }
+    }
     let value = Value {
         v: VERSION,
         command: "pause".to_owned(),
         topic: Some(pause.topic.clone()),
         job: None,
         until: pause.until.map(rfc3339),
+        probe: pause.probe.as_ref().map(|p| p.worker.clone()),
+        probe_until: pause.probe.as_ref().map(|p| rfc3339(p.until)),
         reason: pause.reason.clone(),
         by: pause.by.clone(),
         at: rfc3339(pause.at),
@@ -167,6 +213,8 @@ pub(crate) fn encode_resume(
         topic: Some(topic.to_owned()),
         job: None,
         until: None,
+        probe: None,
+        probe_until: None,
         reason: reason.to_owned(),
         by: by.to_owned(),
         at: rfc3339(at),
@@ -191,6 +239,8 @@ pub(crate) fn encode_cancel(cancel: &Cancel) -> Result<(String, Vec<u8>), String
         topic: None,
         job: Some(cancel.job_id.clone()),
         until: Some(rfc3339(cancel.until)),
+        probe: None,
+        probe_until: None,
         reason: cancel.reason.clone(),
         by: cancel.by.clone(),
         at: rfc3339(cancel.at),
@@ -226,6 +276,17 @@ pub(crate) fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Command
             .as_deref()
             .map(|t| parse_time("until", t))
             .transpose()?;
+        let probe = match (value.probe, value.probe_until.as_deref(), until) {
+            (None, None, _) => None,
+            (Some(worker), Some(probe_until), Some(_)) => {
+                check_text("probe", &worker)?;
+                Some(Probe {
+                    worker,
+                    until: parse_time("probe-until", probe_until)?,
+                })
+            }
+            _ => return Err("a probe needs `probe`, `probe-until` and `until`".to_owned()),
+        };
         let topic = topic.to_owned();
         return match value.command.as_str() {
             "pause" => Ok(Command::Pause(Pause {
@@ -234,6 +295,7 @@ pub(crate) fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Command
                 reason: value.reason,
                 by: value.by,
                 at,
+                probe,
             })),
             "resume" => Ok(Command::Resume { topic }),
             other => Err(format!("unknown command {} for a route", quote(other))),
@@ -247,7 +309,7 @@ pub(crate) fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Command
             });
         };
         let value = read_value(value)?;
-        if value.job.as_deref() != Some(job_id) || value.topic.is_some() {
+        if value.job.as_deref() != Some(job_id) || value.topic.is_some() || value.probe.is_some() {
             return Err(format!(
                 "the key names job {} but the value names {}",
                 quote(job_id),
@@ -343,7 +405,34 @@ mod tests {
             reason: "provider outage".to_owned(),
             by: "alice@ops-1".to_owned(),
             at: at(1_800_000_000),
+            probe: None,
         }
+    }
+
+    #[test]
+    fn a_breakers_pause_names_its_prober_and_lasts_until_the_probe_ends() {
+        let breaker = Pause {
+            probe: Some(Probe {
+                worker: "w1".to_owned(),
+                until: at(1_800_000_120),
+            }),
+            ..pause("sms")
+        };
+        let (key, value) = encode_pause(&breaker).expect("encodes");
+        assert_eq!(
+            decode(Some(key.as_bytes()), Some(&value)),
+            Ok(Command::Pause(breaker.clone()))
+        );
+        assert!(breaker.in_force(at(1_800_000_100)), "the others wait for the probe");
+        assert!(!breaker.in_force(at(1_800_000_120)));
+        assert!(!breaker.probing("w1", at(1_800_000_059)), "still open");
+        assert!(breaker.probing("w1", at(1_800_000_060)));
+        assert!(!breaker.probing("w2", at(1_800_000_060)), "not the prober");
+        let mut half: serde_json::Value = serde_json::from_slice(&value).expect("json");
+        half.as_object_mut().expect("object").remove("probe-until");
+        let half = serde_json::to_vec(&half).expect("json");
+        let refused = decode(Some(key.as_bytes()), Some(&half)).expect_err("refused");
+        assert!(refused.contains("probe"), "{refused}");
     }
 
     #[test]

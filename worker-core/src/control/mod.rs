@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::watch;
 
-pub use command::{Cancel, Pause};
+pub use command::{Cancel, Pause, Probe};
 
 /// The header that names a record's job, for cancellations: set by `JobProducer` (a fresh id
 /// unless the enqueue names one) and read from any producer's records when it is a valid job id
@@ -47,6 +47,24 @@ pub use topic::ControlTopic;
 pub struct Controls {
     state: watch::Receiver<Arc<ControlState>>,
     reading: Arc<Reading>,
+    /// Applies what this worker itself commands at once, before it is read back.
+    local: ControlSender,
+    /// Writes what this worker commands (a circuit breaker) where the commands come from; `None`
+    /// for manual controls, where applying them is all there is.
+    writer: Option<Writer>,
+}
+
+/// The future of one command's write.
+pub(crate) type Written = std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// Writes one command record (key, value) to the control topic.
+#[derive(Clone)]
+pub(crate) struct Writer(Arc<dyn Fn(String, Vec<u8>) -> Written + Send + Sync>);
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Writer")
+    }
 }
 
 /// How reading the commands goes.
@@ -114,6 +132,32 @@ impl Controls {
         })
     }
 
+    /// Commands `pause` for the whole fleet: applied here at once, and written to the control
+    /// topic by the returned future (`None` for manual controls: applying it is all there is).
+    pub(crate) fn publish_pause(&self, pause: Pause) -> Option<Written> {
+        let record = command::encode_pause(&pause);
+        self.local.apply_own(command::Command::Pause(pause));
+        self.write(record)
+    }
+
+    /// Commands the resume of `topic` for the whole fleet; see
+    /// [`publish_pause`](Self::publish_pause).
+    pub(crate) fn publish_resume(&self, topic: &str, reason: &str, by: &str) -> Option<Written> {
+        let record = command::encode_resume(topic, reason, by, std::time::SystemTime::now());
+        self.local.apply_own(command::Command::Resume {
+            topic: topic.to_owned(),
+        });
+        self.write(record)
+    }
+
+    fn write(&self, record: Result<(String, Vec<u8>), String>) -> Option<Written> {
+        let writer = self.writer.clone()?;
+        Some(match record {
+            Ok((key, value)) => (writer.0)(key, value),
+            Err(why) => Box::pin(async move { Err(why) }),
+        })
+    }
+
     /// The state, when it changed since the last call.
     pub(crate) fn changed(&mut self) -> Option<Arc<ControlState>> {
         match self.state.has_changed() {
@@ -124,9 +168,9 @@ impl Controls {
 }
 
 /// Changes the state of [`Controls`]: what reading the control topic does, or a test by hand.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct ControlSender {
-    state: watch::Sender<Arc<ControlState>>,
+    state: Arc<watch::Sender<Arc<ControlState>>>,
     reading: Arc<Reading>,
 }
 
@@ -154,6 +198,8 @@ impl ControlSender {
         Controls {
             state: self.state.subscribe(),
             reading: self.reading.clone(),
+            local: self.clone(),
+            writer: None,
         }
     }
 
@@ -207,15 +253,17 @@ impl ControlSender {
             .unwrap_or_else(PoisonError::into_inner) = failure;
     }
 
-    /// Applies one command, counting it obeyed or refused. The state is changed in place (copied
-    /// only while a reader holds the previous one), so reading many commands stays linear.
+    /// Applies a command this worker issued itself, before it is read back (not counted: it is
+    /// counted when read).
+    fn apply_own(&self, command: command::Command) {
+        if let Err(why) = self.change(command) {
+            tracing::warn!(why, "own control command not applied");
+        }
+    }
+
+    /// Applies one command, counting it obeyed or refused.
     fn apply(&self, command: command::Command) -> bool {
-        let mut outcome = Ok(());
-        self.state.send_if_modified(|state| {
-            outcome = Arc::make_mut(state).apply(command);
-            outcome.is_ok()
-        });
-        match outcome {
+        match self.change(command) {
             Ok(()) => {
                 self.reading.obeyed.fetch_add(1, Ordering::Relaxed);
                 true
@@ -225,6 +273,17 @@ impl ControlSender {
                 false
             }
         }
+    }
+
+    /// Changes the state by one command. The state is changed in place (copied only while a
+    /// reader holds the previous one), so reading many commands stays linear.
+    fn change(&self, command: command::Command) -> Result<(), String> {
+        let mut outcome = Ok(());
+        self.state.send_if_modified(|state| {
+            outcome = Arc::make_mut(state).apply(command);
+            outcome.is_ok()
+        });
+        outcome
     }
 
     /// Counts and logs a command that is not obeyed.
@@ -257,15 +316,13 @@ pub fn cancel_record(cancel: &Cancel) -> Result<(String, Vec<u8>), String> {
 
 /// A sender and the controls it drives, starting from `state`.
 fn channel(state: ControlState) -> (ControlSender, Controls) {
-    let (tx, rx) = watch::channel(Arc::new(state));
-    let reading = Arc::new(Reading::default());
-    (
-        ControlSender {
-            state: tx,
-            reading: reading.clone(),
-        },
-        Controls { state: rx, reading },
-    )
+    let (tx, _) = watch::channel(Arc::new(state));
+    let sender = ControlSender {
+        state: Arc::new(tx),
+        reading: Arc::new(Reading::default()),
+    };
+    let controls = sender.controls();
+    (sender, controls)
 }
 
 #[cfg(test)]
@@ -288,6 +345,7 @@ mod tests {
             reason: "outage".to_owned(),
             by: "test".to_owned(),
             at: SystemTime::now(),
+            probe: None,
         });
         let state = controls.changed().expect("the pause is a change");
         assert!(paused_now(&state, "sms"));

@@ -53,7 +53,8 @@ impl ControlState {
     pub(crate) fn next_expiry(&self, now: SystemTime) -> Option<SystemTime> {
         self.pauses
             .values()
-            .filter_map(|pause| pause.until)
+            .flat_map(|pause| [pause.until, pause.probe.as_ref().map(|p| p.until)])
+            .flatten()
             .filter(|until| *until > now)
             .min()
     }
@@ -114,6 +115,7 @@ mod tests {
             reason: String::new(),
             by: String::new(),
             at: at(0),
+            probe: None,
         })
     }
 

@@ -1,6 +1,7 @@
 //! The control topic through librdkafka: read to its end at start, followed by a thread of its
 //! own, written by the commands (`share-worker pause`, [`ControlTopic::pause`]).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -79,7 +80,17 @@ impl ControlTopic {
     /// keeps the last state and shows in [`Controls::read_failure`] until reads work again.
     pub async fn follow(&self, timeout: Duration) -> Result<Controls> {
         let this = self.clone();
-        let (sender, controls) = channel(ControlState::default());
+        let (sender, mut controls) = channel(ControlState::default());
+        let writer = self.clone();
+        controls.writer = Some(super::Writer(Arc::new(move |key: String, value: Vec<u8>| {
+            let writer = writer.clone();
+            Box::pin(async move {
+                writer
+                    .write(&key, &value, &format!("writing {key}"))
+                    .await
+                    .map_err(|err| err.to_string())
+            }) as super::Written
+        })));
         let (consumer, sender) = blocking(move || {
             let consumer = this.replay(&sender, timeout)?;
             Ok((consumer, sender))
@@ -114,6 +125,7 @@ impl ControlTopic {
             reason: reason.to_owned(),
             by: by.to_owned(),
             at: SystemTime::now(),
+            probe: None,
         };
         let (key, value) = super::pause_record(&pause).map_err(|why| self.invalid(&why))?;
         self.write(&key, &value, &format!("pausing {topic}"))

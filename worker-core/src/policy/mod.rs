@@ -184,6 +184,11 @@ impl Policy {
         }
     }
 
+    /// The longest wait a handler's `retry_after` is granted.
+    pub(crate) fn longest_wait(&self) -> Duration {
+        self.backoff.max()
+    }
+
     /// The last delivery count on which the handler runs.
     pub(crate) fn last_attempt(&self) -> u16 {
         self.last_attempt

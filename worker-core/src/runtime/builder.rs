@@ -294,6 +294,22 @@ impl<S: ShareSource> WorkerBuilder<S> {
         let mut routes = Routes::default();
         for route in self.routes {
             route.check()?;
+            if self.config.controls.is_none()
+                && (route.limits.breaker.is_some() || route.limits.cool_down)
+            {
+                let setting = if route.limits.breaker.is_some() {
+                    "breaker"
+                } else {
+                    "cool_down"
+                };
+                return Err(Error::new(
+                    ErrorKind::Config,
+                    format!(
+                        "route `{}`: `{setting}` pauses the route through the control topic: expected the group's controls (`controls`)",
+                        route.topic
+                    ),
+                ));
+            }
             let topic = route.topic.clone();
             if !routes.insert(route.topic, route.service, route.timeout, route.limits) {
                 return Err(Error::new(

@@ -17,6 +17,7 @@
 //! | `KeyWait` | key freed | `Admitting` | check again |
 //! | `Queued` | service ready | `Running` | call (forget if its lock was lost) |
 //! | `Running` | finished | per the [policy](crate::policy) | accept, hold, move, reject, dead-letter (forget if lost) |
+//! | `Running` | failed while its route is paused | `Throttled` (same attempt) | wait for the pause's end |
 //! | `Held` | hold ended | `Acking(Release)` | release |
 //! | `Moving` | written | `Acking(Accept)` | accept the original (forget if lost) |
 //! | `Moving` | refused for good / grace over | `Acking(Release)` | release |
@@ -111,6 +112,13 @@ pub(crate) enum Event<'a> {
     Ready,
     /// Its handler ended with `outcome` (a panic or the job timeout are retries by `cause`).
     Finished { outcome: &'a Outcome, cause: Cause },
+    /// Its handler failed (a retry) while its route is paused: it waits `wait` for the pause to
+    /// end and runs again with the same attempt, so an outage uses up no attempts.
+    FailedWhilePaused {
+        outcome: &'a Outcome,
+        cause: Cause,
+        wait: Duration,
+    },
     /// Its retry backoff ended.
     HoldEnded,
     /// Renewing its lock failed.
@@ -459,6 +467,25 @@ impl<T: Copy + PartialOrd + Add<Duration, Output = T>> Life<T> {
             }
             (Event::Finished { outcome, cause }, Phase::Running) => {
                 self.finished(outcome, cause, rules)
+            }
+            (
+                Event::FailedWhilePaused {
+                    outcome,
+                    cause,
+                    wait,
+                },
+                Phase::Running,
+            ) => {
+                if self.lost || rules.stopping {
+                    return self.finished(outcome, cause, rules);
+                }
+                self.phase = Phase::Throttled {
+                    until: rules.now + wait,
+                };
+                Step::default()
+                    .effect(Effect::Wait)
+                    .fact(Fact::Completed(Ending::of(outcome, cause)))
+                    .fact(Fact::RateLimited(LimitKind::Paused))
             }
             (Event::HoldEnded, Phase::Held { .. }) => self.release(),
             (Event::RenewalFailed(_), phase) => self.renewal_failed(phase.kind()),

@@ -92,6 +92,7 @@
 //! # }
 //! ```
 
+mod breaker;
 mod builder;
 mod deadlines;
 mod delivery_limit;
@@ -124,6 +125,7 @@ use crate::Result;
 use crate::source::ShareSource;
 use crate::telemetry::metrics::Metrics;
 
+pub use breaker::{Breaker, PROBE_CALLS};
 pub use builder::WorkerBuilder;
 pub use health::{PROGRESS_EVERY, WorkerHealth, WorkerProgress};
 pub use rate::RateLimit;

@@ -111,6 +111,24 @@ impl Route {
         self
     }
 
+    /// Opens a circuit breaker on this route ([`Breaker`](super::Breaker)): when too many of its
+    /// calls fail, the whole fleet pauses the route through the control topic, so an outage
+    /// burns no attempts, and one worker probes before it resumes. Needs the group's
+    /// [`controls`](super::WorkerBuilder::controls).
+    pub fn breaker(mut self, breaker: super::Breaker) -> Self {
+        self.limits.breaker = Some(breaker);
+        self
+    }
+
+    /// Lets a handler's [`Outcome::retry_after`] (an HTTP 429's `Retry-After`) pause this route
+    /// for the whole fleet for that long, through the control topic, instead of each worker
+    /// finding the limit on its own. Needs the group's
+    /// [`controls`](super::WorkerBuilder::controls).
+    pub fn cool_down(mut self) -> Self {
+        self.limits.cool_down = true;
+        self
+    }
+
     /// What is wrong with the route's settings, naming the topic and the setting.
     pub(super) fn check(&self) -> Result<()> {
         let topic = &self.topic;
@@ -125,6 +143,14 @@ impl Route {
         }
         if self.limits.key_concurrency == Some(0) {
             return bad("key_concurrency", "expected at least 1");
+        }
+        if let Some(breaker) = &self.limits.breaker {
+            breaker.check().map_err(|err| {
+                Error::new(
+                    ErrorKind::Config,
+                    format!("route `{topic}`: {}", err.message()),
+                )
+            })?;
         }
         let rates = [
             ("rate_limit", self.limits.rate),

@@ -15,7 +15,7 @@ use super::rate::RateLimit;
 use super::slots::SlotKey;
 
 /// A route's limits, as configured.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct RouteLimits {
     /// How often the route's records may start.
     pub(crate) rate: Option<RateLimit>,
@@ -23,6 +23,10 @@ pub(crate) struct RouteLimits {
     pub(crate) per_key: Option<RateLimit>,
     /// How many records of one key may run at once in this worker.
     pub(crate) key_concurrency: Option<usize>,
+    /// The route's circuit breaker.
+    pub(crate) breaker: Option<super::breaker::Breaker>,
+    /// Whether a handler's `retry_after` pauses the route for the whole fleet.
+    pub(crate) cool_down: bool,
 }
 
 /// Which route a topic belongs to.

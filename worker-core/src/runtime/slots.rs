@@ -51,6 +51,8 @@ pub(crate) struct InFlight {
     pub(crate) holds_key: bool,
     /// The limit it waits for while throttled (set by the admission check).
     pub(crate) throttle: Option<LimitKind>,
+    /// It is one of the records a circuit breaker's prober runs (half-open).
+    pub(crate) probe: bool,
     /// What the dispatcher counts it in now.
     pub(crate) counted: Counted,
     /// Where a delay-topic record was moved from.
@@ -203,6 +205,7 @@ pub(crate) mod tests {
             key: None,
             holds_key: false,
             throttle: None,
+            probe: false,
             counted: Counted::default(),
             origin: None,
             not_before: None,

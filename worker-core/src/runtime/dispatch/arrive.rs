@@ -213,8 +213,12 @@ where
         );
         // Kept for the dead-letter sink and for moves to the delay topic: a handler consumes its
         // job. Reference counts only, plus the header list when the record has headers.
-        let letter = (self.paths.dead_letters.is_some() || self.paths.moves.is_some())
-            .then(|| delivery.clone());
+        // A route with a breaker or a cool-down keeps one too: a record that fails while its
+        // route is paused runs again, and its handler consumed it.
+        let letter = (self.paths.dead_letters.is_some()
+            || self.paths.moves.is_some()
+            || route.is_some_and(|route| self.control.breakers.keeps_copies(route)))
+        .then(|| delivery.clone());
         let keyed = route.is_some_and(|route| self.waits.limits.keyed(route));
         let key = delivery
             .key
@@ -234,6 +238,7 @@ where
             key,
             holds_key: false,
             throttle: None,
+            probe: false,
             counted: Counted::default(),
             origin: waits.origin,
             not_before: waits.not_before,

@@ -22,6 +22,7 @@
 mod ahead;
 mod arrive;
 mod average;
+mod breakers;
 mod coalesce;
 mod control;
 mod perform;
@@ -264,6 +265,7 @@ where
                 config.policy.dlq_timeout,
             )
         });
+        let breakers = breakers::Breakers::new(&routes, Instant::now());
         let limits = Limits::new(config, &routes);
         let route_count = routes.len();
         // Records are fetched ahead of the handlers of one route only: with several, a route
@@ -321,7 +323,7 @@ where
                 coalesce_until: None,
                 ahead: ahead::Ahead::new(ahead_most),
             },
-            control: control::Control::new(config.controls.clone(), route_count),
+            control: control::Control::new(config.controls.clone(), breakers, route_count),
             pace: Pace {
                 timer: Box::pin(sleep_until(Instant::now())),
                 next_tick: Instant::now() + TICK,

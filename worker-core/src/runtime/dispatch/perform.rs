@@ -16,12 +16,13 @@ use crate::telemetry;
 use crate::{Error, ErrorKind, Job, Outcome};
 
 use super::super::handler_task::{Finished, handler_task, panic_message};
-use super::super::lifecycle::{Effect, Event, Phase, Step};
+use super::super::lifecycle::{Effect, Event, LimitKind, Phase, Step};
 use super::super::observer::Subject;
 use super::super::receipt::SlotReceipt;
 use super::super::slots::SlotKey;
 use super::super::writes::Written;
 use super::Dispatcher;
+use super::control::{Control, Gate};
 
 impl<S, Svc> Dispatcher<'_, S, Svc>
 where
@@ -300,6 +301,32 @@ where
             }
             Finished::Cancelled => (Outcome::Accept, Cause::Cancelled),
         };
+        if ran {
+            let gate = self.judge_outcome(key, &outcome, now);
+            // It runs again once the pause ends, from its copy (kept with a dead-letter or delay
+            // sink, or on a route with a breaker or cool-down); without one the policy decides.
+            if gate != Gate::Running
+                && matches!(outcome, Outcome::Retry { .. })
+                && let Some(job) = self.slots.get_mut(key)
+                && let Some(copy) = job.letter.clone()
+            {
+                job.throttle = Some(LimitKind::Paused);
+                job.probe = false;
+                job.parked = Some(copy);
+                let wait = Control::pause_wait(gate, SystemTime::now());
+                self.step(
+                    key,
+                    Event::FailedWhilePaused {
+                        outcome: &outcome,
+                        cause,
+                        wait,
+                    },
+                    took,
+                    now,
+                );
+                return;
+            }
+        }
         self.step(
             key,
             Event::Finished {

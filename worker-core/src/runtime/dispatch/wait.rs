@@ -21,6 +21,7 @@ use super::super::routes::Routes;
 use super::super::settings::Settings;
 use super::super::slots::SlotKey;
 use super::super::writes::Written;
+use super::control::{Control, Gate};
 use super::{Dispatcher, write_backs};
 
 /// The shortest guess of when a busy key is free.
@@ -189,6 +190,15 @@ where
         let Some(route) = job.route else {
             return Admission::Go;
         };
+        let gate = self.control.gate(route);
+        let probing = matches!(gate, Gate::Probing { .. });
+        if gate != Gate::Running && !(probing && self.control.breakers.probe_room(route)) {
+            return Admission::Limited {
+                limit: LimitKind::Paused,
+                wait: Control::pause_wait(gate, std::time::SystemTime::now()),
+                room: true,
+            };
+        }
         let hash = job.key;
         let per_key_room = |keys: &super::super::keys::Keys, config: &Settings, hash: u64| {
             keys.waiting_for(route, hash) < config.max_waiting_per_key()
@@ -243,6 +253,11 @@ where
             if let Some(job) = self.slots.get_mut(key) {
                 job.holds_key = true;
             }
+        }
+        if probing && self.control.breakers.take_probe(route)
+            && let Some(job) = self.slots.get_mut(key)
+        {
+            job.probe = true;
         }
         Admission::Go
     }

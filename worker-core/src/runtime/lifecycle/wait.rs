@@ -57,6 +57,8 @@ pub(crate) enum LimitKind {
     Route,
     /// Its route's limit for its key.
     Key,
+    /// Its route is paused (by the controls, a circuit breaker or a cool-down).
+    Paused,
 }
 
 impl LimitKind {
@@ -66,6 +68,7 @@ impl LimitKind {
             LimitKind::Global => "global",
             LimitKind::Route => "route",
             LimitKind::Key => "key",
+            LimitKind::Paused => "paused",
         }
     }
 }

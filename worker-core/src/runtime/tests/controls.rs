@@ -1,6 +1,7 @@
 //! Fleet-wide pauses (the control topic's commands, here driven by hand): a paused route is not
-//! fetched from, its records already acquired finish, nothing is released for a pause, and a
-//! resume or the end of a timed pause starts fetching again.
+//! fetched from, its running records finish, the ones not started wait, nothing is released for
+//! a pause, and a resume or the end of a timed pause starts fetching again; a circuit breaker
+//! and a cool-down pause a route through the same commands.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,6 +20,7 @@ fn pause(topic: &str, until: Option<SystemTime>) -> Pause {
         reason: "provider outage".to_owned(),
         by: "test".to_owned(),
         at: SystemTime::now(),
+        probe: None,
     }
 }
 
@@ -104,21 +106,29 @@ async fn records_acquired_before_a_pause_finish_and_none_is_released() {
     sender.pause(pause("sms", None));
     tokio::time::sleep(Duration::from_secs(120)).await;
     let counts = broker.counts();
-    assert_eq!(
-        counts.acquired, 0,
-        "everything acquired finished: {counts:?}"
-    );
     let handled = started.load(Ordering::SeqCst);
     assert_eq!(
         counts.acknowledged, handled,
-        "every record acquired ran and was accepted: {counts:?}"
+        "every record that ran was accepted: {counts:?}"
     );
     assert!(
         handled < 50,
         "fetching stopped at the pause ({handled} handled)"
     );
+    assert_eq!(
+        counts.acquired + counts.acknowledged + counts.available,
+        50,
+        "the records fetched ahead wait, their locks renewed: {counts:?}"
+    );
     assert_eq!(broker.stats().releases, 0, "a pause releases nothing");
     assert_eq!(broker.stats().lock_expiries, 0);
+    sender.resume("sms");
+    let b = broker.clone();
+    wait_until(Duration::from_secs(600), "every record after the resume", move || {
+        b.counts().acknowledged == 50
+    })
+    .await;
+    assert_eq!(broker.stats().releases, 0);
     shutdown.shutdown();
     run.await.unwrap().unwrap();
 }
@@ -236,4 +246,164 @@ async fn cancelled_jobs_never_run_and_running_ones_are_told_to_stop() {
     assert_eq!(ran, ["bad-id", "cancelled-while-running: stopped", "plain"]);
     assert_eq!(summary.cancelled, 1, "{summary:?}");
     assert_eq!(summary.accepted, 4, "{summary:?}");
+}
+
+/// A handler that fails while `failing` is set and counts its calls.
+fn flaky(
+    failing: Arc<std::sync::atomic::AtomicBool>,
+    calls: Arc<AtomicUsize>,
+    outcome: fn() -> Outcome,
+) -> impl tower::Service<
+    crate::Job,
+    Response = Outcome,
+    Error = std::convert::Infallible,
+    Future: Send,
+> + Send
++ Clone
++ 'static {
+    handler(move |_| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        let failing = failing.load(Ordering::SeqCst);
+        let outcome = outcome;
+        async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            if failing { outcome() } else { Outcome::Accept }
+        }
+    })
+}
+
+/// On the real clock (pauses end at wall-clock times): an outage trips the breaker, which pauses
+/// the route; the records that fail meanwhile use up no attempt (none is dead-lettered with only
+/// 3 attempts allowed: failures before it opens count as usual), calls stop, probes run after `open_for`, and once the endpoint is back a
+/// probe resumes the route and everything is accepted.
+#[tokio::test]
+async fn a_circuit_breaker_pauses_the_route_and_its_probe_resumes_it() {
+    let broker = MemoryBroker::builder()
+        .lock_duration(Duration::from_secs(5))
+        .build();
+    for i in 0..60 {
+        broker.produce("sms", i.to_string());
+    }
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (controls, sender) = Controls::manual();
+    let breaker = crate::Breaker::new(0.5, 6, Duration::from_secs(10), Duration::from_secs(1));
+    let worker = Worker::builder(broker.member("w"))
+        .add_route(
+            crate::Route::new(
+                "sms",
+                flaky(failing.clone(), calls.clone(), || Outcome::retry("503")),
+            )
+            .breaker(breaker),
+        )
+        .concurrency(4)
+        .max_attempts(3)
+        .backoff(crate::policy::Backoff::exponential(
+            Duration::from_millis(100),
+            Duration::from_millis(100),
+        ))
+        .controls(controls.clone())
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let c = controls.clone();
+    wait_until(Duration::from_secs(10), "the breaker to open", move || {
+        c.state().paused("sms", SystemTime::now()).is_some()
+    })
+    .await;
+    let pause = controls
+        .state()
+        .paused("sms", SystemTime::now())
+        .cloned()
+        .expect("paused");
+    assert!(pause.reason.contains("circuit breaker"), "{pause:?}");
+    assert!(pause.by.starts_with("breaker@"), "{pause:?}");
+    assert!(pause.probe.is_some(), "{pause:?}");
+    // Four open periods of the outage: each ends in PROBE_CALLS probes that fail.
+    let at_trip = calls.load(Ordering::SeqCst);
+    assert!(at_trip <= 6 + 4, "calls before the trip: {at_trip}");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let during = calls.load(Ordering::SeqCst) - at_trip;
+    assert!(
+        during <= 4 * crate::runtime::PROBE_CALLS as usize,
+        "calls while open: {during}"
+    );
+    failing.store(false, Ordering::SeqCst);
+    let b = broker.clone();
+    wait_until(Duration::from_secs(20), "every record accepted", move || {
+        b.counts().acknowledged == 60
+    })
+    .await;
+    assert!(controls.state().paused("sms", SystemTime::now()).is_none());
+    shutdown.shutdown();
+    let summary = run.await.unwrap().unwrap();
+    assert_eq!(summary.dead_letters.total(), 0, "{summary:?}");
+    assert_eq!(broker.counts().archived, 0);
+    drop(sender);
+}
+
+/// A handler's `retry_after` on a route with `cool_down` pauses the route for that long: the
+/// record asked to wait runs again after it, with the same attempt.
+#[tokio::test]
+async fn a_retry_after_cools_the_route_down() {
+    let broker = MemoryBroker::new();
+    for i in 0..10 {
+        broker.produce("sms", i.to_string());
+    }
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (controls, _sender) = Controls::manual();
+    let first = failing.clone();
+    let worker = Worker::builder(broker.member("w"))
+        .add_route(
+            crate::Route::new(
+                "sms",
+                handler(move |_| {
+                    let failing = first.swap(false, Ordering::SeqCst);
+                    async move {
+                        if failing {
+                            Outcome::retry_after(Duration::from_secs(2), "429")
+                        } else {
+                            Outcome::Accept
+                        }
+                    }
+                }),
+            )
+            .cool_down(),
+        )
+        .concurrency(1)
+        .max_attempts(1)
+        .controls(controls.clone())
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let c = controls.clone();
+    wait_until(Duration::from_secs(5), "the cool-down", move || {
+        c.state().paused("sms", SystemTime::now()).is_some()
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let pause = controls
+        .state()
+        .paused("sms", SystemTime::now())
+        .cloned()
+        .expect("paused");
+    assert!(pause.reason.contains("cool-down"), "{pause:?}");
+    assert!(pause.probe.is_none());
+    let b = broker.clone();
+    wait_until(Duration::from_secs(10), "every record accepted", move || {
+        b.counts().acknowledged == 10
+    })
+    .await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "nothing ran during the cool-down ({:?})",
+        started.elapsed()
+    );
+    shutdown.shutdown();
+    let summary = run.await.unwrap().unwrap();
+    assert_eq!(summary.dead_letters.total(), 0, "one attempt, not spent on the 429: {summary:?}");
+    drop(calls);
 }

@@ -522,6 +522,7 @@ async fn the_paused_gauge_and_the_command_counter_follow_the_controls() {
         reason: String::new(),
         by: String::new(),
         at: std::time::SystemTime::now(),
+        probe: None,
     });
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(paused(&metrics), 1.0);
