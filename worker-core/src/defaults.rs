@@ -39,3 +39,12 @@ pub const FLEET_REFRESH: Duration = Duration::from_secs(2);
 /// How long a job cancellation stays in force (`share-worker cancel --for`,
 /// `ControlTopic::cancel`): long enough for a job enqueued a week ahead.
 pub const CANCEL_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// A circuit breaker's defaults (`Breaker::default`, `route.breaker`): half of at least 20
+/// calls within 30 s failing opens it for 30 s.
+pub const BREAKER_FAILURE_RATIO: f64 = 0.5;
+/// See [`BREAKER_FAILURE_RATIO`].
+pub const BREAKER_MIN_CALLS: u32 = 20;
+/// See [`BREAKER_FAILURE_RATIO`].
+pub const BREAKER_WINDOW: Duration = Duration::from_secs(30);
+/// See [`BREAKER_FAILURE_RATIO`].
+pub const BREAKER_OPEN_FOR: Duration = Duration::from_secs(30);

@@ -74,11 +74,11 @@ use worker_core::{Error, ErrorKind, Job, Outcome, Result, WorkerBuilder};
 pub use env::ENV_PREFIX;
 pub use error::ConfigError;
 pub use model::{
-    Config, ControlSection, DEFAULT_DLQ_TOPIC, DEFAULT_ENV_PASS, DEFAULT_ROUTE_TIMEOUT,
-    DelaySection, DlqMode, DlqSection, HandlerKind, KafkaSection, LogFormat, MIN_UI_TOKEN_CHARS,
-    OauthSection, OffsetReset, OnRedirect, OnUnreadable, RECORD_ENV_PREFIX, RetrySection,
-    RouteSection, SaslMechanism, SaslSection, TelemetrySection, TlsSection, UiSection,
-    WorkerSection,
+    BreakerSection, Config, ControlSection, DEFAULT_DLQ_TOPIC, DEFAULT_ENV_PASS,
+    DEFAULT_ROUTE_TIMEOUT, DelaySection, DlqMode, DlqSection, HandlerKind, KafkaSection, LogFormat,
+    MIN_UI_TOKEN_CHARS, OauthSection, OffsetReset, OnRedirect, OnUnreadable, RECORD_ENV_PREFIX,
+    RetrySection, RouteSection, SaslMechanism, SaslSection, TelemetrySection, TlsSection,
+    UiSection, WorkerSection,
 };
 
 use env::EnvOverride;
@@ -394,7 +394,7 @@ impl Config {
         builder
     }
 
-    /// `section`'s route with `service`: its rate, per-key rate and per-key concurrency.
+    /// `section`'s route with `service`: its rates, per-key concurrency, breaker and cool-down.
     pub fn route<T>(&self, section: &RouteSection, service: T) -> Route
     where
         T: Service<Job, Response = Outcome, Error = Infallible> + Send + 'static,
@@ -409,6 +409,12 @@ impl Config {
         }
         if let Some(n) = section.key_concurrency {
             route = route.key_concurrency(n);
+        }
+        if let Some(breaker) = &section.breaker {
+            route = route.breaker(breaker.breaker());
+        }
+        if section.cool_down {
+            route = route.cool_down();
         }
         route
     }

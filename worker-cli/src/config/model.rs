@@ -528,6 +528,14 @@ pub struct RouteSection {
     /// How many records of one key may run at once in this worker (default: no limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_concurrency: Option<usize>,
+    /// A circuit breaker: too many failed calls pause the route for the whole group, then one
+    /// worker probes it (needs `[control]`; default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaker: Option<BreakerSection>,
+    /// A handler's retry-after (an HTTP 429's `Retry-After`) pauses the route for the whole
+    /// group for that long (needs `[control]`; default false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cool_down: bool,
     /// How long one call may take (http, exec; default 30s).
     #[serde(
         default,
@@ -573,6 +581,52 @@ pub struct RouteSection {
         skip_serializing_if = "Option::is_none"
     )]
     pub delay: Option<Duration>,
+}
+
+/// A route's `breaker = { failure-ratio = 0.5, min-calls = 20, window = "30s", open-for = "30s" }`.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct BreakerSection {
+    /// The share of failed calls (retries, timeouts, panics) that opens it (default 0.5).
+    #[serde(default = "default_failure_ratio")]
+    pub failure_ratio: f64,
+    /// The fewest calls within `window` before it may open (default 20).
+    #[serde(default = "default_min_calls")]
+    pub min_calls: u32,
+    /// How far back calls are counted (default 30s).
+    #[serde(default = "default_breaker_window", with = "duration")]
+    pub window: Duration,
+    /// How long the route stays paused before one worker probes it (default 30s).
+    #[serde(default = "default_open_for", with = "duration")]
+    pub open_for: Duration,
+}
+
+impl BreakerSection {
+    /// The breaker these settings describe.
+    pub fn breaker(&self) -> worker_core::Breaker {
+        worker_core::Breaker::new(
+            self.failure_ratio,
+            self.min_calls,
+            self.window,
+            self.open_for,
+        )
+    }
+}
+
+fn default_failure_ratio() -> f64 {
+    worker_core::defaults::BREAKER_FAILURE_RATIO
+}
+
+fn default_min_calls() -> u32 {
+    worker_core::defaults::BREAKER_MIN_CALLS
+}
+
+fn default_breaker_window() -> Duration {
+    worker_core::defaults::BREAKER_WINDOW
+}
+
+fn default_open_for() -> Duration {
+    worker_core::defaults::BREAKER_OPEN_FOR
 }
 
 impl RouteSection {

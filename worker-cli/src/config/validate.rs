@@ -132,6 +132,17 @@ pub(crate) fn check(config: &Config) -> Result<(), Invalid> {
             path.extend(key);
             (path, message)
         })?;
+        if config.control.is_none() && (route.breaker.is_some() || route.cool_down) {
+            let key = if route.breaker.is_some() {
+                "breaker"
+            } else {
+                "cool-down"
+            };
+            return Err(bad(
+                &["route", &index.to_string(), key],
+                "pauses the route for the whole group through the control topic: add a [control] table",
+            ));
+        }
         if !topics.insert(route.topic.as_str()) {
             return Err((
                 vec!["route".to_owned(), index.to_string(), "topic".to_owned()],
@@ -272,6 +283,14 @@ fn check_route(route: &RouteSection) -> Result<(), Invalid> {
     )?;
     if route.key_concurrency == Some(0) {
         return Err(bad(&["key-concurrency"], "expected at least 1, found 0"));
+    }
+    if let Some(breaker) = &route.breaker {
+        breaker.breaker().check().map_err(|err| {
+            bad(
+                &["breaker"],
+                err.message().trim_start_matches("`breaker`: "),
+            )
+        })?;
     }
     let kind = route.handler;
     let only = |key: &str, present: bool, allowed: HandlerKind| {

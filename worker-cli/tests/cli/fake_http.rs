@@ -17,10 +17,12 @@ pub(crate) struct Seen {
     pub(crate) heads: Vec<String>,
     /// When each request arrived.
     pub(crate) times: Vec<std::time::Instant>,
+    /// Until when every request is answered 503 (an outage).
+    pub(crate) down_until: Option<std::time::Instant>,
 }
 
 /// Answers 200 to "ok…", 400 to "bad…", 429 (Retry-After: 1) to the first "slow…" then 200, and
-/// 200 to "sleepy…" after 1.5 s.
+/// 200 to "sleepy…" after 1.5 s; 503 to everything during an outage ([`Endpoint::down_for`]).
 pub(crate) async fn serve(listener: TcpListener, seen: Arc<Mutex<Seen>>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -85,9 +87,11 @@ pub(crate) async fn connection(
                 head.contains("x-share-topic:") && head.contains("x-share-delivery-count:");
             seen.requests.push((body.clone(), key));
             seen.heads.push(head.clone());
-            seen.times.push(std::time::Instant::now());
+            let now = std::time::Instant::now();
+            seen.times.push(now);
             match () {
                 _ if !topic_ok => "500 Internal Server Error",
+                _ if seen.down_until.is_some_and(|until| now < until) => "503 Service Unavailable",
                 _ if body.starts_with("bad") => "400 Bad Request",
                 _ if first_slow => "429 Too Many Requests\r\nRetry-After: 1",
                 _ => "200 OK",
@@ -202,6 +206,32 @@ impl Endpoint {
     /// When each request arrived.
     pub(crate) fn arrivals(&self) -> Vec<std::time::Instant> {
         self.seen.lock().expect("the seen lock").times.clone()
+    }
+
+    /// Answers every request 503 for `outage` from now; returns when it ends.
+    pub(crate) fn down_for(&self, outage: Duration) -> std::time::Instant {
+        let until = std::time::Instant::now() + outage;
+        self.seen.lock().expect("the seen lock").down_until = Some(until);
+        until
+    }
+
+    /// The bodies answered after an outage (200 to "ok…" records), each once.
+    pub(crate) fn served_after_outage(&self) -> std::collections::HashSet<String> {
+        let seen = self.seen.lock().expect("the seen lock");
+        let until = seen.down_until.unwrap_or(std::time::Instant::now());
+        seen.requests
+            .iter()
+            .zip(&seen.times)
+            .filter(|(_, at)| **at >= until)
+            .map(|((body, _), _)| body.clone())
+            .collect()
+    }
+
+    /// How many requests arrived during the outage.
+    pub(crate) fn during_outage(&self) -> usize {
+        let seen = self.seen.lock().expect("the seen lock");
+        let until = seen.down_until.unwrap_or(std::time::Instant::now());
+        seen.times.iter().filter(|at| **at < until).count()
     }
 }
 

@@ -70,7 +70,9 @@ impl Pause {
     /// `until` passed and the probe has not ended.
     pub fn probing(&self, worker: &str, now: SystemTime) -> bool {
         self.probe.as_ref().is_some_and(|probe| {
-            probe.worker == worker && self.until.is_some_and(|until| until <= now) && now < probe.until
+            probe.worker == worker
+                && self.until.is_some_and(|until| until <= now)
+                && now < probe.until
         })
     }
 }
@@ -423,7 +425,10 @@ mod tests {
             decode(Some(key.as_bytes()), Some(&value)),
             Ok(Command::Pause(breaker.clone()))
         );
-        assert!(breaker.in_force(at(1_800_000_100)), "the others wait for the probe");
+        assert!(
+            breaker.in_force(at(1_800_000_100)),
+            "the others wait for the probe"
+        );
         assert!(!breaker.in_force(at(1_800_000_120)));
         assert!(!breaker.probing("w1", at(1_800_000_059)), "still open");
         assert!(breaker.probing("w1", at(1_800_000_060)));

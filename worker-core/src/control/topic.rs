@@ -82,15 +82,17 @@ impl ControlTopic {
         let this = self.clone();
         let (sender, mut controls) = channel(ControlState::default());
         let writer = self.clone();
-        controls.writer = Some(super::Writer(Arc::new(move |key: String, value: Vec<u8>| {
-            let writer = writer.clone();
-            Box::pin(async move {
-                writer
-                    .write(&key, &value, &format!("writing {key}"))
-                    .await
-                    .map_err(|err| err.to_string())
-            }) as super::Written
-        })));
+        controls.writer = Some(super::Writer(Arc::new(
+            move |key: String, value: Vec<u8>| {
+                let writer = writer.clone();
+                Box::pin(async move {
+                    writer
+                        .write(&key, &value, &format!("writing {key}"))
+                        .await
+                        .map_err(|err| err.to_string())
+                }) as super::Written
+            },
+        )));
         let (consumer, sender) = blocking(move || {
             let consumer = this.replay(&sender, timeout)?;
             Ok((consumer, sender))

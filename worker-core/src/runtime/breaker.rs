@@ -43,6 +43,22 @@ pub struct Breaker {
     pub open_for: Duration,
 }
 
+impl Default for Breaker {
+    /// Half of at least 20 calls within 30 s failing opens it for 30 s
+    /// ([`defaults`](crate::defaults::BREAKER_FAILURE_RATIO)).
+    fn default() -> Self {
+        use crate::defaults::{
+            BREAKER_FAILURE_RATIO, BREAKER_MIN_CALLS, BREAKER_OPEN_FOR, BREAKER_WINDOW,
+        };
+        Self::new(
+            BREAKER_FAILURE_RATIO,
+            BREAKER_MIN_CALLS,
+            BREAKER_WINDOW,
+            BREAKER_OPEN_FOR,
+        )
+    }
+}
+
 impl Breaker {
     /// A breaker that opens when `failure_ratio` of at least `min_calls` calls in `window` fail,
     /// for `open_for`.
@@ -68,16 +84,10 @@ impl Breaker {
             return bad("`min-calls` must be at least 1".to_owned());
         }
         if self.window < Duration::from_millis(100) {
-            return bad(format!(
-                "`window` {:?} is shorter than 100ms",
-                self.window
-            ));
+            return bad(format!("`window` {:?} is shorter than 100ms", self.window));
         }
         if self.open_for < Duration::from_secs(1) {
-            return bad(format!(
-                "`open-for` {:?} is shorter than 1s",
-                self.open_for
-            ));
+            return bad(format!("`open-for` {:?} is shorter than 1s", self.open_for));
         }
         if self.open_for > Duration::from_secs(24 * 3600) {
             return bad(format!("`open-for` {:?} is longer than 24h", self.open_for));
@@ -181,12 +191,30 @@ mod tests {
     #[test]
     fn settings_out_of_range_are_named() {
         for (bad, setting) in [
-            (Breaker::new(0.0, 4, Duration::from_secs(10), Duration::from_secs(5)), "failure-ratio"),
-            (Breaker::new(f64::NAN, 4, Duration::from_secs(10), Duration::from_secs(5)), "failure-ratio"),
-            (Breaker::new(1.5, 4, Duration::from_secs(10), Duration::from_secs(5)), "failure-ratio"),
-            (Breaker::new(0.5, 0, Duration::from_secs(10), Duration::from_secs(5)), "min-calls"),
-            (Breaker::new(0.5, 4, Duration::ZERO, Duration::from_secs(5)), "window"),
-            (Breaker::new(0.5, 4, Duration::from_secs(10), Duration::ZERO), "open-for"),
+            (
+                Breaker::new(0.0, 4, Duration::from_secs(10), Duration::from_secs(5)),
+                "failure-ratio",
+            ),
+            (
+                Breaker::new(f64::NAN, 4, Duration::from_secs(10), Duration::from_secs(5)),
+                "failure-ratio",
+            ),
+            (
+                Breaker::new(1.5, 4, Duration::from_secs(10), Duration::from_secs(5)),
+                "failure-ratio",
+            ),
+            (
+                Breaker::new(0.5, 0, Duration::from_secs(10), Duration::from_secs(5)),
+                "min-calls",
+            ),
+            (
+                Breaker::new(0.5, 4, Duration::ZERO, Duration::from_secs(5)),
+                "window",
+            ),
+            (
+                Breaker::new(0.5, 4, Duration::from_secs(10), Duration::ZERO),
+                "open-for",
+            ),
         ] {
             let err = bad.check().expect_err("out of range");
             assert!(err.message().contains(setting), "{err}");

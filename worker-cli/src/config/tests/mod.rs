@@ -577,6 +577,10 @@ fn what_the_file_accepts_the_builder_accepts() {
         let config = parse(text).unwrap();
         let broker = MemoryBroker::new();
         let mut builder = config.configure(Worker::builder(broker.member("m")));
+        if config.control.is_some() {
+            // `run` follows the control topic; the routes' breakers only need controls.
+            builder = builder.controls(worker_core::control::Controls::manual().0);
+        }
         for section in &config.routes {
             builder = builder.add_route(config.route(
                 section,
@@ -796,6 +800,19 @@ fn rate_limits_key_concurrency_and_delay_topics_are_read() {
     );
     // `to_toml` prints what parses back.
     assert_eq!(parse(&config.to_toml()).unwrap(), config);
+    let guarded =
+        parse(&(MINIMAL.to_owned() + "cool-down = true\nbreaker = { min-calls = 5 }\n[control]\n"))
+            .unwrap();
+    let breaker = guarded.routes[0].breaker.expect("a breaker");
+    assert_eq!(
+        breaker.breaker(),
+        worker_core::Breaker {
+            min_calls: 5,
+            ..worker_core::Breaker::default()
+        },
+        "the keys left out are the library's defaults"
+    );
+    assert!(guarded.routes[0].cool_down);
     let per_group =
         parse(&(MINIMAL.to_owned() + "[delay]\ntopic = \"{topic}.{group}.delay\"\n")).unwrap();
     assert_eq!(per_group.delay_topics(), ["t.g.delay"]);
@@ -885,6 +902,37 @@ fn broken_limits_and_delays_name_the_key_and_the_line() {
             "control.topic",
             12,
             "'{' is not allowed",
+        ),
+        // A breaker and a cool-down pause the route through the control topic.
+        (
+            route("breaker = { min-calls = 5 }\n"),
+            "route[0].breaker",
+            11,
+            "add a [control] table",
+        ),
+        (
+            route("cool-down = true\n"),
+            "route[0].cool-down",
+            11,
+            "add a [control] table",
+        ),
+        (
+            route("breaker = { failure-ratio = 1.5 }\n[control]\n"),
+            "route[0].breaker",
+            11,
+            "`failure-ratio` 1.5 is not above 0",
+        ),
+        (
+            route("breaker = { open-for = \"10ms\" }\n[control]\n"),
+            "route[0].breaker",
+            11,
+            "shorter than 1s",
+        ),
+        (
+            route("breaker = { ratio = 0.5 }\n[control]\n"),
+            "route[0].breaker.ratio",
+            11,
+            "unknown",
         ),
     ];
     for (text, key, line, says) in cases {

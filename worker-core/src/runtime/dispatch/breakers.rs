@@ -160,7 +160,9 @@ where
                     ))
                 } else {
                     Decision::Close {
-                        reason: format!("circuit breaker closed: {failures} of {ended} probes failed"),
+                        reason: format!(
+                            "circuit breaker closed: {failures} of {ended} probes failed"
+                        ),
                     }
                 }
             }
@@ -185,9 +187,13 @@ where
             _ => Decision::Nothing,
         };
         let decision = match (decision, outcome) {
-            (Decision::Nothing, Outcome::Retry { after: Some(after), reason })
-                if state.cool_down && gate == Gate::Running && *after >= MIN_COOL_DOWN =>
-            {
+            (
+                Decision::Nothing,
+                Outcome::Retry {
+                    after: Some(after),
+                    reason,
+                },
+            ) if state.cool_down && gate == Gate::Running && *after >= MIN_COOL_DOWN => {
                 let after = (*after).min(longest_wait);
                 Decision::Pause(Pause {
                     topic: topic.to_string(),
@@ -240,7 +246,13 @@ where
 
 /// The pause a breaker writes: open for `open_for` from `wall`, then probed by `me` for as long
 /// again.
-fn breaker_pause(topic: &str, breaker: &Breaker, me: &str, wall: SystemTime, reason: String) -> Pause {
+fn breaker_pause(
+    topic: &str,
+    breaker: &Breaker,
+    me: &str,
+    wall: SystemTime,
+    reason: String,
+) -> Pause {
     let until = wall.checked_add(breaker.open_for).unwrap_or(wall);
     Pause {
         topic: topic.to_owned(),

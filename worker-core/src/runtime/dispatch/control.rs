@@ -189,7 +189,9 @@ where
         let paused = matches!(gate, Gate::Paused { .. });
         self.control.breakers.gate_changed(route, gate, now);
         if let Some(topic) = self.routes.topic(route).cloned() {
-            self.observer.metrics.route_paused(&topic, gate != Gate::Running);
+            self.observer
+                .metrics
+                .route_paused(&topic, gate != Gate::Running);
         }
         if paused != paused_before {
             self.sync_route_pause(route);
@@ -224,11 +226,7 @@ where
     /// The id of the job the record in slot `key` carries (`share.job-id`) when a cancellation of
     /// it is in force; a record with a valid job id keeps it in its slot, for a cancellation that
     /// arrives while it runs. A header that is no valid job id is no job id.
-    pub(super) fn cancellation(
-        &mut self,
-        key: SlotKey,
-        delivery: &Delivery,
-    ) -> Option<Arc<str>> {
+    pub(super) fn cancellation(&mut self, key: SlotKey, delivery: &Delivery) -> Option<Arc<str>> {
         let controls = self.control.controls.as_ref()?;
         let id = delivery
             .headers

@@ -254,7 +254,8 @@ where
                 job.holds_key = true;
             }
         }
-        if probing && self.control.breakers.take_probe(route)
+        if probing
+            && self.control.breakers.take_probe(route)
             && let Some(job) = self.slots.get_mut(key)
         {
             job.probe = true;

@@ -124,9 +124,11 @@ async fn records_acquired_before_a_pause_finish_and_none_is_released() {
     assert_eq!(broker.stats().lock_expiries, 0);
     sender.resume("sms");
     let b = broker.clone();
-    wait_until(Duration::from_secs(600), "every record after the resume", move || {
-        b.counts().acknowledged == 50
-    })
+    wait_until(
+        Duration::from_secs(600),
+        "every record after the resume",
+        move || b.counts().acknowledged == 50,
+    )
     .await;
     assert_eq!(broker.stats().releases, 0);
     shutdown.shutdown();
@@ -253,12 +255,8 @@ fn flaky(
     failing: Arc<std::sync::atomic::AtomicBool>,
     calls: Arc<AtomicUsize>,
     outcome: fn() -> Outcome,
-) -> impl tower::Service<
-    crate::Job,
-    Response = Outcome,
-    Error = std::convert::Infallible,
-    Future: Send,
-> + Send
+) -> impl tower::Service<crate::Job, Response = Outcome, Error = std::convert::Infallible, Future: Send>
++ Send
 + Clone
 + 'static {
     handler(move |_| {
@@ -331,9 +329,11 @@ async fn a_circuit_breaker_pauses_the_route_and_its_probe_resumes_it() {
     );
     failing.store(false, Ordering::SeqCst);
     let b = broker.clone();
-    wait_until(Duration::from_secs(20), "every record accepted", move || {
-        b.counts().acknowledged == 60
-    })
+    wait_until(
+        Duration::from_secs(20),
+        "every record accepted",
+        move || b.counts().acknowledged == 60,
+    )
     .await;
     assert!(controls.state().paused("sms", SystemTime::now()).is_none());
     shutdown.shutdown();
@@ -393,9 +393,11 @@ async fn a_retry_after_cools_the_route_down() {
     assert!(pause.reason.contains("cool-down"), "{pause:?}");
     assert!(pause.probe.is_none());
     let b = broker.clone();
-    wait_until(Duration::from_secs(10), "every record accepted", move || {
-        b.counts().acknowledged == 10
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "every record accepted",
+        move || b.counts().acknowledged == 10,
+    )
     .await;
     assert!(
         started.elapsed() >= Duration::from_millis(1500),
@@ -404,6 +406,10 @@ async fn a_retry_after_cools_the_route_down() {
     );
     shutdown.shutdown();
     let summary = run.await.unwrap().unwrap();
-    assert_eq!(summary.dead_letters.total(), 0, "one attempt, not spent on the 429: {summary:?}");
+    assert_eq!(
+        summary.dead_letters.total(),
+        0,
+        "one attempt, not spent on the 429: {summary:?}"
+    );
     drop(calls);
 }

@@ -1,0 +1,131 @@
+//! A circuit breaker for the whole fleet, against the real broker: three worker processes of one
+//! group post to an endpoint that answers 503 for 60 s, then 200. With `breaker` on the route,
+//! the first workers to see the failures pause the route through the control topic, the
+//! endpoint gets a bounded number of calls during the outage (the calls before the breaker
+//! opened, then a few probes every `open-for`), and no record is dead-lettered. Without it, the
+//! same outage dead-letters every record after its attempts.
+
+use std::time::Duration;
+
+use tokio::process::Child;
+
+use crate::fake_http::Endpoint;
+use crate::support::*;
+
+const WORKERS: usize = 3;
+const RECORDS: usize = 300;
+const OUTAGE: Duration = Duration::from_secs(60);
+const MIN_CALLS: usize = 20;
+const OPEN_FOR_SECS: u64 = 10;
+/// `concurrency` in the test configuration: the calls in flight when a worker's breaker opens.
+const CONCURRENCY: usize = 8;
+/// The most calls during the outage: each worker's own before its breaker opens (or it reads
+/// another's pause) — its `min-calls` plus what is in flight — then one round of probes per
+/// `open-for`.
+const MOST_CALLS: usize = WORKERS * (MIN_CALLS + CONCURRENCY)
+    + worker_core::runtime::PROBE_CALLS as usize * (OUTAGE.as_secs() / OPEN_FOR_SECS + 1) as usize;
+
+/// Three workers on one partition of a fresh topic, the endpoint down for [`OUTAGE`] from just
+/// before the records are produced; `route` adds to the route's lines.
+async fn fleet_in_an_outage(
+    scratch: &Scratch,
+    name: &str,
+    route: &str,
+) -> (Endpoint, String, Vec<Child>, Vec<std::path::PathBuf>) {
+    let topic = unique(name);
+    let group = unique(&format!("{name}-group"));
+    let endpoint = Endpoint::start().await;
+    let config = control_config(&group, &topic, &format!("{}\n{route}", endpoint.route()))
+        .replace("[retry]\n", "[retry]\nmax-attempts = 3\n");
+    let cfg = scratch.write(&format!("{name}.toml"), &config);
+    let cfg = cfg.to_str().expect("utf-8 path");
+    let out = share_worker(&["setup", "--config", cfg, "--partitions", "1"], &[]).await;
+    assert_ok(&out, "setup");
+    let logs: Vec<_> = (0..WORKERS)
+        .map(|n| scratch.0.join(format!("{name}-{n}.log")))
+        .collect();
+    let fleet = logs
+        .iter()
+        .map(|log| spawn(&["run", "--config", cfg], log))
+        .collect();
+    let every_log: Vec<&std::path::Path> = logs.iter().map(|log| log.as_path()).collect();
+    wait_logged(&every_log, "control topic read", Duration::from_secs(60)).await;
+    endpoint.down_for(OUTAGE);
+    let producer = tests::producer(&[]).expect("a producer");
+    let values: Vec<String> = (0..RECORDS).map(|i| format!("ok-{i}")).collect();
+    tests::produce(&producer, &topic, None, &values)
+        .await
+        .expect("producing");
+    (endpoint, topic, fleet, logs)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_breaker_pauses_the_fleet_through_an_outage_and_nothing_is_dead_lettered() {
+    let scratch = Scratch::new();
+    let (endpoint, topic, fleet, logs) = fleet_in_an_outage(
+        &scratch,
+        "breaker",
+        &format!(
+            "breaker = {{ failure-ratio = 0.5, min-calls = {MIN_CALLS}, window = \"30s\", open-for = \"{OPEN_FOR_SECS}s\" }}"
+        ),
+    )
+    .await;
+    tests::wait_for(
+        "every record served after the outage",
+        OUTAGE + Duration::from_secs(120),
+        async || Ok(endpoint.served_after_outage().len() >= RECORDS),
+    )
+    .await
+    .expect("the fleet resumes the route once the endpoint is back");
+    let calls = endpoint.during_outage();
+    let letters = tests::read_all(format!("{topic}.dlq"))
+        .await
+        .expect("reading the DLQ");
+    let text_of = |log: &std::path::PathBuf| std::fs::read_to_string(log).unwrap_or_default();
+    let logged = |line: &str| {
+        logs.iter()
+            .filter(|log| text_of(log).contains(line))
+            .count()
+    };
+    eprintln!(
+        "with the breaker: {calls} calls during the {OUTAGE:?} outage (bound {MOST_CALLS}), {} dead-lettered; {} of {WORKERS} workers opened it, probes by {}",
+        letters.len(),
+        logged("pausing the route for the whole fleet"),
+        logged("circuit breaker half-open"),
+    );
+    assert_eq!(letters.len(), 0, "an outage dead-letters nothing");
+    assert!(
+        calls <= MOST_CALLS,
+        "{calls} calls during the outage (at most {MOST_CALLS})"
+    );
+    assert!(logged("pausing the route for the whole fleet") >= 1);
+    assert!(logged("resuming the route for the whole fleet") >= 1);
+    assert!(
+        logs.iter()
+            .all(|log| text_of(log).contains("route paused fleet-wide")),
+        "every worker obeyed the pause"
+    );
+    for child in fleet {
+        assert!(terminate(child).await.success(), "a clean stop");
+    }
+}
+
+/// The same outage without a breaker: each record's attempts are spent on it, and every record
+/// is dead-lettered.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_breaker_the_same_outage_dead_letters_every_record() {
+    let scratch = Scratch::new();
+    let (endpoint, topic, fleet, _) = fleet_in_an_outage(&scratch, "no-breaker", "").await;
+    let dlq = format!("{topic}.dlq");
+    tests::wait_for("every record dead-lettered", OUTAGE, async || {
+        Ok(tests::read_all(dlq.clone()).await?.len() >= RECORDS)
+    })
+    .await
+    .expect("the outage dead-letters the records");
+    let calls = endpoint.during_outage();
+    eprintln!("without a breaker: {calls} calls during the outage, {RECORDS} dead-lettered");
+    assert!(calls >= RECORDS * 3, "three attempts each: {calls}");
+    for child in fleet {
+        assert!(terminate(child).await.success(), "a clean stop");
+    }
+}
