@@ -3,7 +3,8 @@
 //! the first workers to see the failures pause the route through the control topic, the
 //! endpoint gets a bounded number of calls during the outage (the calls before the breaker
 //! opened, then a few probes every `open-for`), and no record is dead-lettered. Without it, the
-//! same outage dead-letters every record after its attempts.
+//! same outage dead-letters every record after its attempts. And a 429's `Retry-After` on a
+//! route with `cool-down` pauses every worker for that long.
 
 use std::time::Duration;
 
@@ -125,6 +126,96 @@ async fn without_a_breaker_the_same_outage_dead_letters_every_record() {
     let calls = endpoint.during_outage();
     eprintln!("without a breaker: {calls} calls during the outage, {RECORDS} dead-lettered");
     assert!(calls >= RECORDS * 3, "three attempts each: {calls}");
+    for child in fleet {
+        assert!(terminate(child).await.success(), "a clean stop");
+    }
+}
+
+/// A 429 with `Retry-After: 3` on a route with `cool-down`: no worker calls the endpoint for
+/// those 3 s (after the first second, which the other workers need to read the pause), then
+/// every record is served and the one that got the 429 runs again without being dead-lettered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_after_cools_the_whole_fleet_down() {
+    let scratch = Scratch::new();
+    let topic = unique("cool-down");
+    let group = unique("cool-down-group");
+    let endpoint = Endpoint::start().await;
+    let config = control_config(
+        &group,
+        &topic,
+        &format!("{}\nrate = \"30/s\"\ncool-down = true", endpoint.route()),
+    )
+    .replace("backoff-max = \"1s\"", "backoff-max = \"10s\"");
+    let cfg = scratch.write("worker.toml", &config);
+    let cfg = cfg.to_str().expect("utf-8 path");
+    let out = share_worker(&["setup", "--config", cfg, "--partitions", "1"], &[]).await;
+    assert_ok(&out, "setup");
+    let logs: Vec<_> = (0..WORKERS)
+        .map(|n| scratch.0.join(format!("worker-{n}.log")))
+        .collect();
+    let fleet: Vec<_> = logs
+        .iter()
+        .map(|log| spawn(&["run", "--config", cfg], log))
+        .collect();
+    let every_log: Vec<&std::path::Path> = logs.iter().map(|log| log.as_path()).collect();
+    wait_logged(
+        &every_log,
+        "the rate is shared by 3 workers",
+        Duration::from_secs(60),
+    )
+    .await;
+    // At 30/s, ~10 s of work, the 429 a second into it.
+    let mut values: Vec<String> = (0..300).map(|i| format!("ok-{i}")).collect();
+    values.insert(30, "cool-0".to_owned());
+    let producer = tests::producer(&[]).expect("a producer");
+    tests::produce(&producer, &topic, None, &values)
+        .await
+        .expect("producing");
+    tests::wait_for(
+        "every record served",
+        Duration::from_secs(120),
+        async || {
+            let served: std::collections::HashSet<String> = endpoint.bodies().into_iter().collect();
+            Ok(served.len() >= values.len())
+        },
+    )
+    .await
+    .expect("the fleet serves every record");
+    let timeline = endpoint.timeline();
+    let limited = timeline
+        .iter()
+        .find(|(body, _)| body == "cool-0")
+        .map(|(_, at)| *at)
+        .expect("the 429");
+    let quiet: Vec<_> = timeline
+        .iter()
+        .filter(|(_, at)| {
+            *at >= limited + Duration::from_secs(1) && *at < limited + Duration::from_millis(2_900)
+        })
+        .map(|(body, at)| (body.clone(), at.duration_since(limited)))
+        .collect();
+    let retried = timeline
+        .iter()
+        .filter(|(body, _)| body == "cool-0")
+        .nth(1)
+        .map(|(_, at)| at.duration_since(limited));
+    eprintln!(
+        "cool-down: calls between 1 s and 2.9 s after the 429: {quiet:?}; the 429's record ran again after {retried:?}"
+    );
+    assert!(quiet.is_empty(), "calls during the cool-down: {quiet:?}");
+    assert!(
+        retried.is_some_and(|after| after >= Duration::from_millis(2_900)),
+        "ran again after the cool-down: {retried:?}"
+    );
+    assert!(
+        logs.iter().all(|log| std::fs::read_to_string(log)
+            .is_ok_and(|text| text.contains("route paused fleet-wide"))),
+        "every worker obeyed the cool-down"
+    );
+    let letters = tests::read_all(format!("{topic}.dlq"))
+        .await
+        .expect("reading the DLQ");
+    assert_eq!(letters.len(), 0);
     for child in fleet {
         assert!(terminate(child).await.success(), "a clean stop");
     }

@@ -21,7 +21,8 @@ pub(crate) struct Seen {
     pub(crate) down_until: Option<std::time::Instant>,
 }
 
-/// Answers 200 to "ok…", 400 to "bad…", 429 (Retry-After: 1) to the first "slow…" then 200, and
+/// Answers 200 to "ok…", 400 to "bad…", 429 (Retry-After: 1) to the first "slow…" then 200, 429
+/// (Retry-After: 3) to the first "cool…" then 200, and
 /// 200 to "sleepy…" after 1.5 s; 503 to everything during an outage ([`Endpoint::down_for`]).
 pub(crate) async fn serve(listener: TcpListener, seen: Arc<Mutex<Seen>>) {
     loop {
@@ -81,8 +82,9 @@ pub(crate) async fn connection(
             .unwrap_or_default();
         let status = {
             let mut seen = seen.lock().expect("the seen lock");
-            let first_slow =
-                body.starts_with("slow") && !seen.requests.iter().any(|(b, _)| *b == body);
+            let first = !seen.requests.iter().any(|(b, _)| *b == body);
+            let first_slow = body.starts_with("slow") && first;
+            let first_cool = body.starts_with("cool") && first;
             let topic_ok =
                 head.contains("x-share-topic:") && head.contains("x-share-delivery-count:");
             seen.requests.push((body.clone(), key));
@@ -94,6 +96,7 @@ pub(crate) async fn connection(
                 _ if seen.down_until.is_some_and(|until| now < until) => "503 Service Unavailable",
                 _ if body.starts_with("bad") => "400 Bad Request",
                 _ if first_slow => "429 Too Many Requests\r\nRetry-After: 1",
+                _ if first_cool => "429 Too Many Requests\r\nRetry-After: 3",
                 _ => "200 OK",
             }
         };
@@ -196,6 +199,16 @@ impl Endpoint {
     pub(crate) fn bodies(&self) -> Vec<String> {
         let seen = self.seen.lock().expect("the seen lock");
         seen.requests.iter().map(|(body, _)| body.clone()).collect()
+    }
+
+    /// Body and arrival of every request so far.
+    pub(crate) fn timeline(&self) -> Vec<(String, std::time::Instant)> {
+        let seen = self.seen.lock().expect("the seen lock");
+        seen.requests
+            .iter()
+            .zip(&seen.times)
+            .map(|((body, _), at)| (body.clone(), *at))
+            .collect()
     }
 
     /// How many requests arrived so far.
