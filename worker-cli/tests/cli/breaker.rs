@@ -199,8 +199,13 @@ async fn a_retry_after_cools_the_whole_fleet_down() {
         .filter(|(body, _)| body == "cool-0")
         .nth(1)
         .map(|(_, at)| at.duration_since(limited));
+    let last_early = timeline
+        .iter()
+        .filter(|(_, at)| *at > limited && *at < limited + Duration::from_secs(1))
+        .map(|(_, at)| at.duration_since(limited))
+        .max();
     eprintln!(
-        "cool-down: calls between 1 s and 2.9 s after the 429: {quiet:?}; the 429's record ran again after {retried:?}"
+        "cool-down: last call {last_early:?} after the 429; calls between 1 s and 2.9 s after it: {quiet:?}; its record ran again after {retried:?}"
     );
     assert!(quiet.is_empty(), "calls during the cool-down: {quiet:?}");
     assert!(
