@@ -47,12 +47,20 @@ pub struct Probe {
 }
 
 impl Pause {
-    /// When it ends, as logs and pages show it: `until 2026-12-04T22:00:00Z`, or `until resumed`.
+    /// When it ends, as logs and pages show it: `until 2026-12-04T22:00:00Z`, `until resumed`,
+    /// or for a breaker `until 2026-12-04T22:00:00Z, then probed until 2026-12-04T22:00:30Z`.
     pub fn until_text(&self) -> String {
-        self.until.map_or_else(
-            || "until resumed".to_owned(),
-            |t| format!("until {}", humantime::format_rfc3339_seconds(t)),
-        )
+        let Some(until) = self.until else {
+            return "until resumed".to_owned();
+        };
+        let until = humantime::format_rfc3339_seconds(until);
+        match &self.probe {
+            Some(probe) => format!(
+                "until {until}, then probed until {}",
+                humantime::format_rfc3339_seconds(probe.until)
+            ),
+            None => format!("until {until}"),
+        }
     }
 
     /// Whether the pause is in force at `now` (for a breaker's pause: until its probe ends).
@@ -433,6 +441,10 @@ mod tests {
         assert!(!breaker.probing("w1", at(1_800_000_059)), "still open");
         assert!(breaker.probing("w1", at(1_800_000_060)));
         assert!(!breaker.probing("w2", at(1_800_000_060)), "not the prober");
+        assert_eq!(
+            breaker.until_text(),
+            "until 2027-01-15T08:01:00Z, then probed until 2027-01-15T08:02:00Z"
+        );
         let mut half: serde_json::Value = serde_json::from_slice(&value).expect("json");
         half.as_object_mut().expect("object").remove("probe-until");
         let half = serde_json::to_vec(&half).expect("json");
