@@ -48,3 +48,6 @@ pub const BREAKER_MIN_CALLS: u32 = 20;
 pub const BREAKER_WINDOW: Duration = Duration::from_secs(30);
 /// See [`BREAKER_FAILURE_RATIO`].
 pub const BREAKER_OPEN_FOR: Duration = Duration::from_secs(30);
+/// How often the lag gauge is sampled while the group's lag changes (`LagMonitor`); once it
+/// holds still, every `telemetry.lag-interval`.
+pub const LAG_WHILE_CHANGING: Duration = Duration::from_secs(2);

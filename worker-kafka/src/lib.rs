@@ -72,7 +72,7 @@ mod wire;
 mod fuzz;
 
 pub use admin::{
-    Admin, BrokerDlq, DeliveryLimit, DeliveryLimitSource, DlqTopicState, GroupRenewal,
+    Admin, BrokerDlq, DeliveryLimit, DeliveryLimitSource, DlqTopicState, GroupRenewal, LagSource,
     PartitionOffsets, ShareGroupDescription, ShareGroupMember,
 };
 pub use config::{KafkaConfig, KafkaSourceBuilder, OffsetReset};

@@ -511,3 +511,56 @@ async fn counters_are_exported_at_zero_before_the_first_record() {
     zero("share_worker_dlq_failures_total", &[]);
     zero("share_worker_dispatcher_stalls_total", &[]);
 }
+
+/// A new group over a 5,000-record backlog: its lag is in `/metrics` two seconds into the run,
+/// before the group has settled anything (worked out from the offsets), and within the backlog.
+#[tokio::test]
+async fn the_lag_of_a_new_group_is_known_two_seconds_into_a_run() {
+    const BACKLOG: usize = 5_000;
+    let scratch = Scratch::new();
+    let topic = unique("cli-lag");
+    let group = unique("cli-lag-group");
+    let port = reserve_port();
+    let text_cfg = config(&group, &topic, "handler = \"noop\"\ndelay = \"20ms\"").replace(
+        "[dlq]",
+        &format!("[telemetry]\nlisten = \"127.0.0.1:{port}\"\n\n[dlq]"),
+    );
+    let cfg = scratch.write("worker.toml", &text_cfg);
+    let cfg = cfg.to_str().expect("utf-8 path");
+    assert_ok(
+        &share_worker(&["setup", "--config", cfg, "--partitions", "2"], &[]).await,
+        "setup",
+    );
+    let producer = tests::producer(&[]).expect("a producer");
+    let values: Vec<String> = (0..BACKLOG).map(|i| format!("job-{i}")).collect();
+    tests::produce(&producer, &topic, None, &values)
+        .await
+        .expect("producing");
+
+    let started = tokio::time::Instant::now();
+    let log = scratch.0.join("worker.log");
+    let worker = spawn(&["run", "--config", cfg], &log);
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let lag = loop {
+        if let Some((200, text)) = get(&url).await
+            && let Some(lag) = metric(
+                &parse_prometheus(&text),
+                "share_worker_group_lag",
+                &[("topic", &topic)],
+            )
+        {
+            break lag;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "no lag in /metrics two seconds into the run"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!("lag {lag} after {:?}", started.elapsed());
+    assert!(
+        lag > 0.0 && lag <= BACKLOG as f64,
+        "the lag {lag} is within the backlog of {BACKLOG}"
+    );
+    assert!(terminate(worker).await.success(), "a clean stop");
+}

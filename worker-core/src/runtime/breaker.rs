@@ -1,8 +1,9 @@
 //! [`Breaker`]: a route's circuit breaker, and the sliding window of outcomes it watches.
 //!
 //! When the share of failed calls in the last `window` crosses `failure_ratio` (after at least
-//! `min_calls`), the worker that saw it pauses the route **for the whole fleet** through the
-//! control topic for `open_for`, naming itself the prober. While the route is paused no worker
+//! `min_calls`, or after 5 when the failure would dead-letter its record), the worker that saw it
+//! pauses the route **for the whole fleet** through the control topic for `open_for`, naming
+//! itself the prober. While the route is paused no worker
 //! starts its records, and a record whose handler fails meanwhile waits for the end of the pause
 //! without using up an attempt: an outage is not a reason to dead-letter. When `open_for` ends,
 //! the prober alone runs [`PROBE_CALLS`] records (half-open): if fewer than `failure_ratio` of
@@ -17,6 +18,11 @@ use crate::{Error, ErrorKind, Result};
 
 /// How many records the prober runs while the breaker is half-open.
 pub const PROBE_CALLS: u32 = 5;
+
+/// The fewest calls (or `min_calls`, if fewer) on which a failure that would dead-letter its
+/// record opens the breaker early. A poison record alone, failing its attempts on a quiet route,
+/// opens it at most once (the window starts afresh at each opening) and is then dead-lettered.
+const EARLY_CALLS: u32 = 5;
 
 /// The buckets a window is counted in: the window slides by a tenth of itself.
 const BUCKETS: usize = 10;
@@ -98,6 +104,14 @@ impl Breaker {
     /// Whether `failed` of `calls` is enough to open it.
     pub(crate) fn trips(&self, calls: u32, failed: u32) -> bool {
         calls >= self.min_calls && f64::from(failed) >= self.failure_ratio * f64::from(calls)
+    }
+
+    /// Whether `failed` of `calls` is enough to open it early, for a failure that would otherwise
+    /// dead-letter its record: an outage's first failures must not use up records' attempts
+    /// before `min_calls` are counted.
+    pub(crate) fn trips_early(&self, calls: u32, failed: u32) -> bool {
+        calls >= self.min_calls.min(EARLY_CALLS)
+            && f64::from(failed) >= self.failure_ratio * f64::from(calls)
     }
 
     /// Whether `failed` of `calls` probes keep it open.
@@ -183,6 +197,11 @@ mod tests {
         assert!(!b.trips(3, 3), "too few calls");
         assert!(b.trips(4, 2));
         assert!(!b.trips(5, 2));
+        assert!(!b.trips_early(3, 3), "too few calls even to open early");
+        assert!(b.trips_early(4, 4), "min-calls below the early floor");
+        let busy = Breaker::new(0.5, 20, Duration::from_secs(10), Duration::from_secs(5));
+        assert!(busy.trips_early(5, 3) && !busy.trips(5, 3));
+        assert!(!busy.trips_early(5, 2));
         assert!(b.probes_fail(5, 3));
         assert!(!b.probes_fail(5, 2));
         assert!(!b.probes_fail(0, 0));

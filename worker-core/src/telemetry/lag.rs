@@ -10,9 +10,14 @@ use tokio::task::JoinHandle;
 use crate::kafka::{Admin, PartitionOffsets};
 
 use super::names;
+use crate::defaults::LAG_WHILE_CHANGING;
 
-/// Samples a share group's lag on its topics (DescribeShareGroupOffsets: records not yet settled,
-/// per partition) every interval and reports it as the [`GROUP_LAG`](names::GROUP_LAG) gauge.
+/// Samples a share group's lag on its topics (records not yet settled, per partition:
+/// [`Admin::share_group_backlog`], which works it out from the offsets while the broker has none,
+/// so a new group has a value from the first sample) and reports it as the
+/// [`GROUP_LAG`](names::GROUP_LAG) gauge. The first sample is taken at once; then every
+/// [`LAG_WHILE_CHANGING`] (or `every`, if shorter) while the total lag changes from one sample to
+/// the next, and every `every` once it holds still.
 ///
 /// Lag is the signal to scale workers on: it counts what the group has not finished, whichever
 /// member holds it, and unlike consumer-group lag it does not stop at the first unacknowledged
@@ -27,8 +32,9 @@ pub struct LagMonitor {
 }
 
 impl LagMonitor {
-    /// Starts sampling `group`'s lag on `topics` every `every` (the first sample at once). Failed
-    /// samples are logged and keep the previous values. Call within a Tokio runtime.
+    /// Starts sampling `group`'s lag on `topics` (the first sample at once, then as the type's
+    /// docs say). Failed samples are logged and keep the previous values. Call within a Tokio
+    /// runtime.
     pub fn start(
         admin: Admin,
         group: impl Into<String>,
@@ -94,25 +100,31 @@ async fn sample(
     latest: Arc<Mutex<Vec<PartitionOffsets>>>,
 ) {
     let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
-    let mut ticks = tokio::time::interval(every.max(Duration::from_millis(100)));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let every = every.max(Duration::from_millis(100));
+    let changing = every.min(LAG_WHILE_CHANGING);
+    let mut last_total: Option<i64> = None;
     let mut failing = false;
     loop {
-        ticks.tick().await;
-        match admin.share_group_offsets(&group, &topics).await {
+        let wait = match admin.share_group_backlog(&group, &topics).await {
             Ok(offsets) => {
                 if failing {
                     tracing::info!(%group, "share-group lag sampling works again");
                     failing = false;
                 }
+                let total: i64 = offsets.iter().map(|p| p.lag.max(0)).sum();
+                let steady = last_total == Some(total);
+                last_total = Some(total);
                 *latest.lock().unwrap_or_else(PoisonError::into_inner) = offsets;
+                if steady { every } else { changing }
             }
             Err(err) => {
                 if !failing {
                     tracing::warn!(%group, error = %err, "cannot sample the share group's lag: keeping the last values");
                     failing = true;
                 }
+                every
             }
-        }
+        };
+        tokio::time::sleep(wait).await;
     }
 }

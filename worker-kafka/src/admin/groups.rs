@@ -50,8 +50,26 @@ pub struct PartitionOffsets {
     /// The share-partition start offset: records before it are all settled. -1 when the group has
     /// no state for the partition yet.
     pub start_offset: i64,
-    /// The broker's count of records not yet settled (DescribeShareGroupOffsets v1); -1 when unknown.
+    /// The records not yet settled; -1 when unknown. Where it comes from is `lag_source`.
     pub lag: i64,
+    /// Where `lag` comes from.
+    pub lag_source: LagSource,
+}
+
+/// Where a partition's [`lag`](PartitionOffsets::lag) comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LagSource {
+    /// The broker's own count (DescribeShareGroupOffsets v1).
+    Broker,
+    /// Worked out from the offsets: the end offset minus the share start offset. An upper bound:
+    /// records past the start offset may be settled already.
+    Offsets,
+    /// The group has no state for the partition yet: what it will start from, per its
+    /// `share.auto.offset.reset` — the end minus the log start offset for `earliest` (and, as an
+    /// upper bound, for `by_duration`), 0 for `latest`.
+    Reset,
+    /// Not known (-1).
+    Unknown,
 }
 
 /// One assigned topic of a member in a ShareGroupDescribe response.
@@ -442,6 +460,11 @@ impl Admin {
                 partition: p.partition,
                 start_offset: p.start_offset,
                 lag: p.lag,
+                lag_source: if p.lag >= 0 {
+                    LagSource::Broker
+                } else {
+                    LagSource::Unknown
+                },
             });
         }
         Ok(out)

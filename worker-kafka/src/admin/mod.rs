@@ -9,6 +9,7 @@
 //! [`ErrorKind::Protocol`] error naming the API and the broker. Each API is pinned to versions whose
 //! encoding is flexible (compact) and that every Kafka 4.2+ broker offers.
 
+mod backlog;
 mod broker_dlq;
 mod configs;
 mod features;
@@ -29,7 +30,7 @@ use crate::{Error, ErrorKind, Result};
 
 pub use broker_dlq::{BrokerDlq, DlqTopicState};
 pub use configs::{DeliveryLimit, DeliveryLimitSource};
-pub use groups::{PartitionOffsets, ShareGroupDescription, ShareGroupMember};
+pub use groups::{LagSource, PartitionOffsets, ShareGroupDescription, ShareGroupMember};
 pub use renewal::GroupRenewal;
 
 #[cfg(any(test, feature = "test-util"))]

@@ -18,7 +18,9 @@ use crate::wire::{Reader, capacity};
 use crate::{Error, ErrorKind, Result};
 
 /// ListOffsets timestamp -1: the latest offset (the high watermark under read_uncommitted).
-const LATEST: i64 = -1;
+pub(super) const LATEST: i64 = -1;
+/// ListOffsets timestamp -2: the earliest offset (the log start offset).
+pub(super) const EARLIEST: i64 = -2;
 
 /// One topic of a CreateTopics v5–v7 response.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,12 +195,14 @@ impl Admin {
         }
     }
 
-    /// The latest offset (high watermark) of each of `partitions` of `topic`, asked from `leader`.
-    async fn end_offsets(
+    /// The offset at `timestamp` ([`LATEST`]: the high watermark, [`EARLIEST`]: the log start) of
+    /// each of `partitions` of `topic`, asked from `leader`.
+    pub(super) async fn list_offsets(
         &self,
         leader: i32,
         topic: &str,
         partitions: &[i32],
+        timestamp: i64,
     ) -> Result<HashMap<i32, i64>> {
         let mut lt = list_offsets_request::ListOffsetsTopic::default();
         lt.name = TopicName(StrBytes::from_string(topic.to_string()));
@@ -207,7 +211,7 @@ impl Admin {
             .map(|&p| {
                 let mut lp = list_offsets_request::ListOffsetsPartition::default();
                 lp.partition_index = p;
-                lp.timestamp = LATEST;
+                lp.timestamp = timestamp;
                 lp
             })
             .collect();
@@ -237,7 +241,7 @@ impl Admin {
             if answer.error_code != codes::NONE {
                 return Err(broker_error(
                     &format!(
-                        "listing the end offset of {topic}-{partition} on broker {}",
+                        "listing the offsets of {topic}-{partition} on broker {}",
                         conn.addr()
                     ),
                     answer.error_code,
@@ -265,7 +269,10 @@ impl Admin {
         }
         let mut ends = HashMap::new();
         for (leader, partitions) in by_leader {
-            ends.extend(self.end_offsets(leader, topic, &partitions).await?);
+            ends.extend(
+                self.list_offsets(leader, topic, &partitions, LATEST)
+                    .await?,
+            );
         }
         // Share start offsets (and, from v1, the broker's own lag), from the group coordinator.
         let partitions: Vec<i32> = info.partitions.iter().map(|p| p.partition).collect();

@@ -125,15 +125,17 @@ where
     /// pauses or resumes the route for the fleet when that decides it. Returns the route's gate
     /// after it.
     pub(super) fn judge_outcome(&mut self, key: SlotKey, outcome: &Outcome, now: Instant) -> Gate {
-        let Some((route, probe)) = self
+        let Some((route, probe, attempt)) = self
             .slots
             .get(key)
-            .and_then(|job| job.route.map(|route| (route, job.probe)))
+            .and_then(|job| job.route.map(|route| (route, job.probe, job.life.attempt)))
         else {
             return Gate::Running;
         };
         let gate = self.control.gate(route);
         let failed = matches!(outcome, Outcome::Retry { .. });
+        // Its last attempt: failing, it would be dead-lettered.
+        let last = failed && attempt >= self.paths.policy.last_attempt();
         let wall = SystemTime::now();
         let me = self.control.breakers.me.clone();
         let Some(topic) = self.routes.topic(route).cloned() else {
@@ -169,7 +171,8 @@ where
             (Gate::Running, Some((breaker, window))) => {
                 window.record(failed, now);
                 let (calls, failures) = window.totals(now);
-                if breaker.trips(calls, failures) {
+                if breaker.trips(calls, failures) || (last && breaker.trips_early(calls, failures))
+                {
                     Decision::Pause(breaker_pause(
                         &topic,
                         breaker,
