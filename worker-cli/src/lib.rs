@@ -25,6 +25,7 @@ mod progress;
 mod replay;
 mod report;
 mod run;
+mod scaler;
 mod setup;
 mod stats;
 mod status;
@@ -81,6 +82,9 @@ enum Command {
     /// Cancel a job fleet-wide by its id (`share.job-id`): no worker of the group runs it (it is
     /// acknowledged without running), and a running one has its cancellation token fired.
     Cancel(control::CancelArgs),
+    /// KEDA's external scaler (gRPC) for the file's cluster: the backlog of the share group and
+    /// topics each scaled object names, so KEDA scales workers on it, from zero.
+    Scaler(scaler::ScalerArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -173,6 +177,10 @@ pub fn main() -> ExitCode {
             let config = load(&args.config)?;
             control::cancel(&config, &args).await
         }),
+        Command::Scaler(args) => runtime.block_on(async {
+            let config = load(&args.config.config)?;
+            scaler::scaler(&config, &args).await
+        }),
         Command::Produce(args) => {
             init_logs(LogFormat::Pretty);
             runtime.block_on(produce::produce(args))
@@ -203,6 +211,30 @@ fn run_command(runtime: &tokio::runtime::Runtime, args: RunArgs) -> anyhow::Resu
 }
 
 /// Loads and validates the file, then starts logging as it says.
+/// Resolves at ctrl-c or SIGTERM (what Kubernetes sends).
+pub(crate) async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
 fn load(path: &std::path::Path) -> anyhow::Result<Config> {
     let config = Config::load(path)?;
     init_logs(config.telemetry.log_format);

@@ -33,7 +33,7 @@ pub(crate) async fn status(config: &Config, args: &StatusArgs) -> anyhow::Result
         .with_context(|| format!("describing share group {group}"))?;
     let topics: Vec<&str> = config.topics().collect();
     let offsets = admin
-        .share_group_offsets(group, &topics)
+        .share_group_backlog(group, &topics)
         .await
         .with_context(|| format!("reading the share offsets of group {group}"))?;
     let controls = match &config.control {

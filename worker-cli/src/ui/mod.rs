@@ -130,33 +130,10 @@ pub(crate) async fn serve_standalone(config: Config) -> anyhow::Result<()> {
             "read-only"
         }
     );
-    shutdown_signal().await;
+    crate::shutdown_signal().await;
     stop.cancel();
     let _ = server.await;
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = ctrl_c.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
 }
 
 /// The dead-letter topics the dashboard shows: the configured routes' ones, and the topic the

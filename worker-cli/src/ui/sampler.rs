@@ -123,7 +123,7 @@ pub(crate) fn spawn(
             let Some(connected) = &admin else { continue };
             let described = connected.describe_share_group(&sources.group).await;
             let topics: Vec<&str> = sources.topics.iter().map(String::as_str).collect();
-            let offsets = connected.share_group_offsets(&sources.group, &topics).await;
+            let offsets = connected.share_group_backlog(&sources.group, &topics).await;
             let now = Instant::now();
             let next = Raw {
                 at: Some(now),

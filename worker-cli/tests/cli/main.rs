@@ -17,6 +17,7 @@ mod mounted;
 mod rates;
 mod replay;
 mod run;
+mod scaler;
 mod security;
 mod status;
 mod telemetry;

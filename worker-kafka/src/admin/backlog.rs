@@ -14,6 +14,14 @@ use crate::{Error, ErrorKind, Result};
 
 /// The group config that says where a share group starts on a partition it has no state for.
 const OFFSET_RESET_KEY: &str = "share.auto.offset.reset";
+/// Group configs a share group's operator sets: one set on the group itself makes it known.
+const GROUP_KEYS: &[&str] = &[
+    OFFSET_RESET_KEY,
+    "share.record.lock.duration.ms",
+    "share.delivery.count.limit",
+];
+/// DescribeConfigs' source of a config set on the group itself (GROUP_CONFIG).
+const SOURCE_GROUP_CONFIG: i8 = 8;
 
 impl Admin {
     /// `group`'s start offset and lag on every partition of `topics`, like
@@ -77,6 +85,31 @@ impl Admin {
             p.lag_source = source;
         }
         Ok(offsets)
+    }
+
+    /// Whether share group `group` is known to the cluster: a member has joined it (the
+    /// coordinator describes it), or it has group configs of its own (`share.auto.offset.reset`
+    /// or the lock duration, as `share-worker setup` writes them before any worker runs).
+    pub async fn share_group_known(&self, group: &str) -> Result<bool> {
+        if self.described_group(group).await?.is_some() {
+            return Ok(true);
+        }
+        let node_id = self.lowest_broker().await?;
+        let (results, addr) = self
+            .describe_configs(node_id, &[(RESOURCE_GROUP, group, GROUP_KEYS)])
+            .await?;
+        let answer = config_answer(
+            &results,
+            RESOURCE_GROUP,
+            group,
+            &addr,
+            &format!("describing the configs of group {group} on broker {node_id} ({addr})"),
+        )?;
+        Ok(GROUP_KEYS.iter().any(|key| {
+            answer
+                .entry(key)
+                .is_some_and(|entry| entry.source == SOURCE_GROUP_CONFIG)
+        }))
     }
 
     /// Where `group` starts on a partition it has no state for: its `share.auto.offset.reset`,

@@ -261,7 +261,7 @@ pub(crate) fn decode_share_group_offsets(body: Bytes, version: i16) -> Result<Ve
 impl Admin {
     /// `group` as its coordinator describes it; `None` when the group does not exist
     /// (GROUP_ID_NOT_FOUND).
-    async fn described_group(&self, group: &str) -> Result<Option<DescribedGroup>> {
+    pub(super) async fn described_group(&self, group: &str) -> Result<Option<DescribedGroup>> {
         let mut patience = Patience::new(self.cluster.options.request_timeout);
         loop {
             let mut conn = self.coordinator(group).await?;

@@ -1,0 +1,237 @@
+//! `share-worker scaler` called by KEDA's own gRPC client (a Go program on the client KEDA
+//! generates, `tests/keda-client`), against the real broker: inactive with nothing waiting, the
+//! backlog of a new group before any worker ran (so KEDA scales from zero), the metric following
+//! the lag while a worker drains it, inactive again at 0 with the stream saying so within a few
+//! seconds, and clear gRPC errors for bad metadata, an unknown group and an unknown topic.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+use tokio::sync::OnceCell;
+
+use crate::support::*;
+
+const BACKLOG: usize = 3_000;
+
+/// Builds the Go client once per test run (the Go module proxy provides KEDA's module).
+async fn keda_client() -> &'static PathBuf {
+    static CLIENT: OnceCell<PathBuf> = OnceCell::const_new();
+    CLIENT
+        .get_or_init(|| async {
+            let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("keda-client");
+            let built = Command::new("go")
+                .args(["build", "-o"])
+                .arg(&out)
+                .arg(".")
+                .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/keda-client"))
+                .output()
+                .await
+                .expect("running go build");
+            assert!(
+                built.status.success(),
+                "go build of the KEDA client: {}",
+                text(&built.stderr)
+            );
+            out
+        })
+        .await
+}
+
+/// One call of the client: its JSON answer (or `{"code", "message"}` for a gRPC error).
+async fn call(addr: &str, op: &str, meta: &str) -> Value {
+    let out = Command::new(keda_client().await)
+        .args(["-addr", addr, "-op", op, "-meta", meta])
+        .output()
+        .await
+        .expect("running the KEDA client");
+    assert!(out.status.success(), "keda-client: {}", text(&out.stderr));
+    let line = text(&out.stdout);
+    serde_json::from_str(line.lines().next().unwrap_or_default())
+        .unwrap_or_else(|err| panic!("{err}: {line}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kedas_client_scales_on_the_share_group_backlog_from_zero() {
+    let scratch = Scratch::new();
+    let topic = unique("scaler");
+    let group = unique("scaler-group");
+    let cfg = scratch.write(
+        "worker.toml",
+        &config(&group, &topic, "handler = \"noop\"\ndelay = \"5ms\""),
+    );
+    let cfg = cfg.to_str().expect("utf-8 path");
+    assert_ok(
+        &share_worker(&["setup", "--config", cfg, "--partitions", "2"], &[]).await,
+        "setup",
+    );
+    let port = reserve_port();
+    let addr = format!("127.0.0.1:{port}");
+    let scaler_log = scratch.0.join("scaler.log");
+    let scaler = spawn(&["scaler", "--config", cfg, "--listen", &addr], &scaler_log);
+    wait_logged(
+        &[&scaler_log],
+        "KEDA external scaler listening",
+        Duration::from_secs(30),
+    )
+    .await;
+    keda_client().await;
+    let meta = format!("group={group};topics={topic};lagThreshold=50;scalerAddress={addr}");
+
+    // Nothing waits: inactive, and the metric's target is the threshold.
+    assert_eq!(call(&addr, "is-active", &meta).await["active"], false);
+    let spec = call(&addr, "metric-spec", &meta).await;
+    assert_eq!(spec["target"], 50, "{spec}");
+    assert!(
+        spec["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("share-group-lag-scaler-group-")),
+        "{spec}"
+    );
+
+    // Errors say what is wrong.
+    let bad = call(&addr, "is-active", &format!("topics={topic}")).await;
+    assert_eq!(bad["code"], "InvalidArgument", "{bad}");
+    assert!(
+        bad["message"].as_str().unwrap_or("").contains("`group`"),
+        "{bad}"
+    );
+    let bad = call(&addr, "metrics", &format!("{meta};lagThreshold=many")).await;
+    assert_eq!(bad["code"], "InvalidArgument", "{bad}");
+    let unknown = call(
+        &addr,
+        "metrics",
+        &format!("group={};topics={topic}", unique("nobody")),
+    )
+    .await;
+    assert_eq!(unknown["code"], "NotFound", "{unknown}");
+    assert!(
+        unknown["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not found"),
+        "{unknown}"
+    );
+    let missing = call(
+        &addr,
+        "metrics",
+        &format!("group={group};topics={}", unique("no-topic")),
+    )
+    .await;
+    assert_eq!(missing["code"], "NotFound", "{missing}");
+
+    // A stream, read in the background: each answer with when it came.
+    let stream_lines: Arc<Mutex<Vec<(bool, Instant)>>> = Arc::default();
+    let mut stream = Command::new(keda_client().await)
+        .args([
+            "-addr", &addr, "-op", "stream", "-for", "300s", "-meta", &meta,
+        ])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the stream client");
+    let mut lines = BufReader::new(stream.stdout.take().expect("its stdout")).lines();
+    let seen = stream_lines.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let value: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+            if let Some(active) = value["active"].as_bool() {
+                seen.lock()
+                    .expect("the lines")
+                    .push((active, Instant::now()));
+            }
+        }
+    });
+    let streamed = |active: bool, after: Instant| {
+        stream_lines
+            .lock()
+            .expect("the lines")
+            .iter()
+            .any(|(a, at)| *a == active && *at >= after)
+    };
+    tests::wait_for(
+        "the stream's first answer",
+        Duration::from_secs(10),
+        async || Ok(!stream_lines.lock().expect("the lines").is_empty()),
+    )
+    .await
+    .expect("the stream answers at once");
+    assert!(
+        !stream_lines.lock().expect("the lines")[0].0,
+        "inactive first"
+    );
+
+    // A backlog, no worker yet: active, and the metric is the whole backlog.
+    let producer = tests::producer(&[]).expect("a producer");
+    let values: Vec<String> = (0..BACKLOG).map(|i| format!("job-{i}")).collect();
+    tests::produce(&producer, &topic, None, &values)
+        .await
+        .expect("producing");
+    let produced = Instant::now();
+    assert_eq!(call(&addr, "is-active", &meta).await["active"], true);
+    let metric = call(&addr, "metrics", &meta).await;
+    assert_eq!(metric["value"], BACKLOG, "{metric}");
+    tests::wait_for(
+        "the stream to say active",
+        Duration::from_secs(5),
+        async || Ok(streamed(true, produced)),
+    )
+    .await
+    .expect("the stream reports the backlog within 5 s");
+
+    // A worker drains it: the metric follows the lag down to 0.
+    let worker = spawn(&["run", "--config", cfg], &scratch.0.join("worker.log"));
+    let mut metrics = Vec::new();
+    tests::wait_for(
+        "the backlog drained",
+        Duration::from_secs(120),
+        async || {
+            let value = call(&addr, "metrics", &meta).await["value"]
+                .as_i64()
+                .unwrap_or(-1);
+            metrics.push(value);
+            Ok(value == 0)
+        },
+    )
+    .await
+    .expect("the metric reaches 0");
+    let drained = Instant::now();
+    eprintln!("metric while draining: {metrics:?}");
+    assert!(
+        metrics.iter().any(|v| *v > 0 && *v < BACKLOG as i64),
+        "the metric followed the lag down: {metrics:?}"
+    );
+    assert!(
+        metrics.iter().all(|v| (0..=BACKLOG as i64).contains(v)),
+        "{metrics:?}"
+    );
+    assert_eq!(call(&addr, "is-active", &meta).await["active"], false);
+    tests::wait_for(
+        "the stream to say inactive",
+        Duration::from_secs(5),
+        async || {
+            // Its answer may come before this test saw the 0 (both read every second or so), never
+            // before the backlog was produced.
+            Ok(streamed(
+                false,
+                (drained - Duration::from_secs(2)).max(produced),
+            ))
+        },
+    )
+    .await
+    .expect("the stream reports the end of the backlog within a few seconds");
+
+    assert!(
+        terminate(worker).await.success(),
+        "the worker stops cleanly"
+    );
+    assert!(
+        terminate(scaler).await.success(),
+        "the scaler stops cleanly"
+    );
+    let _ = stream.kill().await;
+}
