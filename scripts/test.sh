@@ -130,8 +130,9 @@ if cargo tree -p worker-core --no-default-features -e normal | grep -E 'rdkafka|
   echo "worker-core without its rdkafka feature still depends on librdkafka or OpenSSL" >&2
   exit 1
 fi
-# Nor do the native client (worker-kafka) and the probes an application mounts (worker-ops).
-for crate in worker-kafka worker-ops; do
+# Nor do the native client (worker-kafka), the probes an application mounts (worker-ops) and the
+# KEDA scaler (worker-scaler).
+for crate in worker-kafka worker-ops worker-scaler; do
   if cargo tree -p "$crate" -e normal | grep -E 'rdkafka|openssl-sys'; then
     echo "$crate depends on librdkafka or OpenSSL" >&2
     exit 1
