@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::configs::config_answer;
+use super::configs::{ConfigResult, config_answer};
 use super::groups::{LagSource, PartitionOffsets};
 use super::topics::{EARLIEST, LATEST};
 use super::{Admin, RESOURCE_GROUP, codes};
@@ -94,17 +94,7 @@ impl Admin {
         if self.described_group(group).await?.is_some() {
             return Ok(true);
         }
-        let node_id = self.lowest_broker().await?;
-        let (results, addr) = self
-            .describe_configs(node_id, &[(RESOURCE_GROUP, group, GROUP_KEYS)])
-            .await?;
-        let answer = config_answer(
-            &results,
-            RESOURCE_GROUP,
-            group,
-            &addr,
-            &format!("describing the configs of group {group} on broker {node_id} ({addr})"),
-        )?;
+        let (answer, _, _) = self.group_configs(group, GROUP_KEYS).await?;
         Ok(GROUP_KEYS.iter().any(|key| {
             answer
                 .entry(key)
@@ -116,17 +106,7 @@ impl Admin {
     /// `latest` (Kafka's default) when it has none. A `by_duration:` reset reads as `earliest`:
     /// the backlog worked out from it is an upper bound.
     pub async fn share_offset_reset(&self, group: &str) -> Result<OffsetReset> {
-        let node_id = self.lowest_broker().await?;
-        let (results, addr) = self
-            .describe_configs(node_id, &[(RESOURCE_GROUP, group, &[OFFSET_RESET_KEY])])
-            .await?;
-        let answer = config_answer(
-            &results,
-            RESOURCE_GROUP,
-            group,
-            &addr,
-            &format!("describing {OFFSET_RESET_KEY} of group {group} on broker {node_id} ({addr})"),
-        )?;
+        let (answer, node_id, addr) = self.group_configs(group, &[OFFSET_RESET_KEY]).await?;
         match answer
             .entry(OFFSET_RESET_KEY)
             .and_then(|e| e.value.as_deref())
@@ -141,6 +121,29 @@ impl Admin {
                 ),
             )),
         }
+    }
+}
+
+impl Admin {
+    /// `group`'s `keys` as the lowest-numbered broker describes them, with its id and address.
+    async fn group_configs(
+        &self,
+        group: &str,
+        keys: &[&'static str],
+    ) -> Result<(ConfigResult, i32, String)> {
+        let node_id = self.lowest_broker().await?;
+        let (results, addr) = self
+            .describe_configs(node_id, &[(RESOURCE_GROUP, group, keys)])
+            .await?;
+        let answer = config_answer(
+            &results,
+            RESOURCE_GROUP,
+            group,
+            &addr,
+            &format!("describing the configs of group {group} on broker {node_id} ({addr})"),
+        )?
+        .clone();
+        Ok((answer, node_id, addr))
     }
 }
 

@@ -250,6 +250,21 @@ async fn cancelled_jobs_never_run_and_running_ones_are_told_to_stop() {
     assert_eq!(summary.accepted, 4, "{summary:?}");
 }
 
+/// The pause of `topic` once the controls have one, within `limit`.
+async fn paused_within(controls: &Controls, topic: &str, limit: Duration) -> Pause {
+    let c = controls.clone();
+    let t = topic.to_owned();
+    wait_until(limit, "the route to be paused", move || {
+        c.state().paused(&t, SystemTime::now()).is_some()
+    })
+    .await;
+    controls
+        .state()
+        .paused(topic, SystemTime::now())
+        .cloned()
+        .expect("paused")
+}
+
 /// A handler that fails while `failing` is set and counts its calls.
 fn flaky(
     failing: Arc<std::sync::atomic::AtomicBool>,
@@ -306,16 +321,7 @@ async fn a_circuit_breaker_pauses_the_route_and_its_probe_resumes_it() {
         .unwrap();
     let shutdown = worker.shutdown_handle();
     let run = tokio::spawn(worker.run());
-    let c = controls.clone();
-    wait_until(Duration::from_secs(10), "the breaker to open", move || {
-        c.state().paused("sms", SystemTime::now()).is_some()
-    })
-    .await;
-    let pause = controls
-        .state()
-        .paused("sms", SystemTime::now())
-        .cloned()
-        .expect("paused");
+    let pause = paused_within(&controls, "sms", Duration::from_secs(10)).await;
     assert!(pause.reason.contains("circuit breaker"), "{pause:?}");
     assert!(pause.by.starts_with("breaker@"), "{pause:?}");
     assert!(pause.probe.is_some(), "{pause:?}");
@@ -380,17 +386,8 @@ async fn a_retry_after_cools_the_route_down() {
         .unwrap();
     let shutdown = worker.shutdown_handle();
     let run = tokio::spawn(worker.run());
-    let c = controls.clone();
-    wait_until(Duration::from_secs(5), "the cool-down", move || {
-        c.state().paused("sms", SystemTime::now()).is_some()
-    })
-    .await;
+    let pause = paused_within(&controls, "sms", Duration::from_secs(5)).await;
     let started = std::time::Instant::now();
-    let pause = controls
-        .state()
-        .paused("sms", SystemTime::now())
-        .cloned()
-        .expect("paused");
     assert!(pause.reason.contains("cool-down"), "{pause:?}");
     assert!(pause.probe.is_none());
     let b = broker.clone();
