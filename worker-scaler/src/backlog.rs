@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use worker_kafka::{Admin, ErrorKind};
 
@@ -12,6 +14,9 @@ use crate::metadata::Query;
 
 /// The most queries whose last value is kept (one per scaled object, in practice).
 const MAX_KEPT: usize = 1_000;
+/// How long a value read is given again instead of reading anew: KEDA asks `IsActive` and
+/// `GetMetrics` of one object back to back, and a stream reads every second.
+const FRESH_FOR: Duration = Duration::from_millis(500);
 /// How long a group once found is not looked up again.
 const KNOWN_FOR: Duration = Duration::from_secs(60);
 
@@ -67,8 +72,21 @@ impl Backlogs {
         }
     }
 
-    /// The backlog of `query`: read now within the bound, or else its last value.
+    /// The backlog of `query`: read now within the bound (or given again when read within the
+    /// last [`FRESH_FOR`]), or else its last value.
     pub(crate) async fn read(&self, query: &Query) -> Result<Reading, Failure> {
+        if let Some((records, at)) = self
+            .last
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(query)
+            && at.elapsed() < FRESH_FOR
+        {
+            return Ok(Reading {
+                records: *records,
+                stale_for: None,
+            });
+        }
         match tokio::time::timeout(self.bound, self.source.backlog(query)).await {
             Ok(Ok(records)) => {
                 let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
@@ -247,6 +265,10 @@ mod tests {
                 stale_for: None
             }
         );
+        // Read again at once: the same value, not asked again.
+        records.store(8, Ordering::SeqCst);
+        assert_eq!(backlogs.read(&query()).await.expect("read").records, 42);
+        tokio::time::advance(FRESH_FOR).await;
         // The cluster hangs: the answer comes at the bound, with the last value.
         *delay.lock().unwrap() = Duration::from_secs(3600);
         records.store(7, Ordering::SeqCst);
