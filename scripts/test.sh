@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one test command: start a local Kafka broker and a local 3-broker cluster, then format check,
-# supply-chain checks (cargo deny), clippy and every test.
+# supply-chain checks (cargo deny), clippy, the Helm chart's checks and every test.
 # Each is stopped again on any exit unless it was already running before.
 set -euo pipefail
 
@@ -138,6 +138,11 @@ for crate in worker-kafka worker-ops worker-scaler; do
     exit 1
   fi
 done
+
+# The Helm chart: linted, rendered with each CI values file, validated against the Kubernetes and
+# KEDA schemas offline (helm from the Go module proxy, kubernetes-validate from PyPI; pinned).
+step "the Helm chart (deploy/check.sh)"
+bash deploy/check.sh
 
 # Every intra-doc link resolves (the crates' docs as docs.rs builds them: every feature on).
 step "cargo doc (broken links are errors)"
