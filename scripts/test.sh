@@ -34,6 +34,22 @@ if [[ -z "${CHROMIUM:-}" ]] && ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
 fi
 
+# The container image test (worker-cli/tests/cli/image.rs) builds the Dockerfile with podman and
+# runs it with runc (crun refuses this machine's hybrid cgroups), on a base image made from
+# Debian's packages by debootstrap: no image registry is reachable.
+if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1 \
+    || ! command -v debootstrap >/dev/null 2>&1; then
+  step "installing podman, runc and debootstrap (the container image test)"
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq podman runc debootstrap uidmap \
+    slirp4netns fuse-overlayfs >/dev/null
+fi
+export SHARE_WORKER_BASE_IMAGE=${SHARE_WORKER_BASE_IMAGE:-localhost/share-worker-base:bookworm}
+step "the container image test's base image ($SHARE_WORKER_BASE_IMAGE)"
+bash deploy/base-image.sh "$SHARE_WORKER_BASE_IMAGE"
+
 # cargo-nextest runs the tests (.config/nextest.toml): binaries in parallel, a deadline per test,
 # JUnit output in target/nextest/default/junit.xml; pinned, built from crates.io.
 nextest_version=0.9.151

@@ -12,6 +12,7 @@ mod check;
 mod control;
 mod handlers;
 mod https;
+mod image;
 mod jobs;
 mod mounted;
 mod rates;
