@@ -237,11 +237,17 @@ async fn kedas_client_scales_on_the_share_group_backlog_from_zero() {
     })
     .await
     .expect("inactive once the backlog is drained");
-    // Its answer may come before this test saw the 0 (both read every second or so), never before
-    // the backlog was produced.
-    let after = (drained - Duration::from_secs(2)).max(produced);
+    // The stream sends only changes: once it said active, its last answer says inactive. (It may
+    // have said so before this test's own calls saw the 0: they and the stream read apart.)
     tests::wait_for("the stream to say inactive", within, async || {
-        Ok(streamed(false, after))
+        let lines = stream_lines.lock().expect("the lines");
+        let said_active = lines
+            .iter()
+            .any(|(line, at)| line["active"] == true && *at >= produced);
+        Ok(said_active
+            && lines
+                .last()
+                .is_some_and(|(line, _)| line["active"] == false))
     })
     .await
     .unwrap_or_else(|err| panic!("{err}: {}", story(produced)));
