@@ -133,6 +133,11 @@ where
             return Gate::Running;
         };
         let gate = self.control.gate(route);
+        // A route with neither a breaker nor a cool-down has nothing to count: the common case,
+        // on every record, costs one lookup.
+        if !self.control.breakers.keeps_copies(route) {
+            return gate;
+        }
         let failed = matches!(outcome, Outcome::Retry { .. });
         // Its last attempt: failing, it would be dead-lettered.
         let last = failed && attempt >= self.paths.policy.last_attempt();
