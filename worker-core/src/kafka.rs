@@ -78,6 +78,10 @@ impl ShareSource for KafkaSource {
     fn group(&self) -> Option<&str> {
         Some(KafkaSource::group(self))
     }
+
+    fn fetch_requests(&self) -> usize {
+        KafkaSource::leaders(self)
+    }
 }
 
 /// The client's errors keep their message and cause; their kind maps one to one.

@@ -1,7 +1,7 @@
 //! [`KafkaSource`]: a member of a share group that fetches, acknowledges and renews records.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -68,6 +68,8 @@ struct Inner {
     /// so the per-record path costs one atomic add otherwise.
     starving: AtomicBool,
     freed_wake: tokio::sync::Notify,
+    /// How many brokers lead the assigned partitions, as of the last fetch (at least 1).
+    leaders: AtomicUsize,
 }
 
 impl Drop for Inner {
@@ -165,6 +167,7 @@ impl KafkaSource {
                 resumed: tokio::sync::Notify::new(),
                 freed: AtomicU64::new(0),
                 starving: AtomicBool::new(false),
+                leaders: AtomicUsize::new(1),
                 freed_wake: tokio::sync::Notify::new(),
             }),
         })
@@ -358,6 +361,8 @@ impl Inner {
             }
         }
         let mut by_leader = self.partitions_by_leader(&state.assignment).await?;
+        self.leaders
+            .store(by_leader.len().max(1), Ordering::Relaxed);
         let all_paused = self.drop_paused(&mut by_leader);
         let answers = loop {
             let freed_now = self.freed.load(Ordering::SeqCst);
@@ -588,6 +593,12 @@ impl KafkaSource {
     /// [`ErrorKind::Closed`].
     pub async fn close(&self) -> Result<()> {
         self.inner.close().await
+    }
+
+    /// How many brokers lead the partitions assigned to this member, as of the last fetch (at
+    /// least 1): a fetch sends each of them a request of its own.
+    pub fn leaders(&self) -> usize {
+        self.inner.leaders.load(Ordering::Relaxed)
     }
 
     /// The share group this member belongs to.

@@ -79,7 +79,7 @@ impl<S: ShareSource> WorkerBuilder<S> {
 
     /// How many handlers run at most. The worker holds this many unfinished records, plus (with
     /// one route, while handlers are fast) about what they finish in two fetch round trips, at
-    /// most a quarter more, fetched ahead so that a handler that ends starts its next record at
+    /// most as many again, fetched ahead so that a handler that ends starts its next record at
     /// once (each record holds a slot from fetch until its acknowledgement is answered).
     /// Default 64.
     pub fn concurrency(mut self, concurrency: usize) -> Self {
@@ -87,8 +87,9 @@ impl<S: ShareSource> WorkerBuilder<S> {
         self
     }
 
-    /// The most records one fetch asks for; a fetch asks for min(free handler slots, this).
-    /// Default 500.
+    /// The most records one fetch asks for from each broker (a fetch sends one request to each
+    /// leader of the worker's partitions); a fetch asks for min(free handler slots, this × the
+    /// leaders). Default 500.
     pub fn max_poll_records(mut self, max: u32) -> Self {
         self.config.max_poll_records = max;
         self

@@ -19,10 +19,10 @@ pub(crate) struct DelayConfig {
 /// Settings of one [`Worker`](super::Worker), checked once by the builder.
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
-    /// Handlers running at most; unfinished records held at most, with up to a quarter more
+    /// Handlers running at most; unfinished records held at most, with up to as many again
     /// fetched ahead of fast handlers when there is one route.
     pub(crate) concurrency: usize,
-    /// The most records one fetch asks for.
+    /// The most records one fetch asks for per request it sends (one per partition leader).
     pub(crate) max_poll_records: u32,
     /// When to renew a lock, as a fraction of the lock duration, and how often after that.
     pub(crate) renew_at: f64,

@@ -99,4 +99,12 @@ pub trait ShareSource: Send + Sync + 'static {
     fn group(&self) -> Option<&str> {
         None
     }
+
+    /// How many requests one [`fetch`](Self::fetch) sends at once: a Kafka source sends one to
+    /// each leader of its partitions. The worker lets a fetch ask for up to `max_poll_records`
+    /// per request, so the slots are not split among leaders that each answer in their own round
+    /// trip. The default: 1.
+    fn fetch_requests(&self) -> usize {
+        1
+    }
 }

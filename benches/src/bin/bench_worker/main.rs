@@ -45,6 +45,10 @@
 
 mod source;
 
+/// The allocator the `share-worker` binary uses (see `worker-cli/src/main.rs`).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -248,6 +248,10 @@ impl<S: ShareSource> ShareSource for BenchSource<S> {
     fn group(&self) -> Option<&str> {
         self.inner.group()
     }
+
+    fn fetch_requests(&self) -> usize {
+        self.inner.fetch_requests()
+    }
 }
 
 #[cfg(test)]

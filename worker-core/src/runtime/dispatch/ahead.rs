@@ -6,11 +6,17 @@
 //! handlers finish in two fetch round trips. Those wait in their route's queue, their locks renewed
 //! like any record's, and start the moment a handler ends; at most `concurrency` handlers run.
 //!
-//! Only for a worker of one route (see `Dispatcher::new`). Never more than a quarter of the
-//! concurrency, and none for handlers so slow that their work in two round trips is less than a
-//! record: a record fetched ahead of a ten-minute job would wait for it while another worker of
-//! the group sits idle. Nothing before the first handler has ended and the first records have
-//! arrived, since until then neither speed is known.
+//! Only for a worker of one route (see `Dispatcher::new`). Never more than the concurrency, and
+//! none for handlers so slow that their work in two round trips is less than a record: a record
+//! fetched ahead of a ten-minute job would wait for it while another worker of the group sits
+//! idle. Nothing before the first handler has ended and the first records have arrived, since
+//! until then neither speed is known.
+//!
+//! The cap is what fast handlers get: they finish a whole batch while the next fetch is on its
+//! way, so with room for a batch more than the handlers hold, every fetch asks for a full batch
+//! instead of what the batch before it left free. A cap of a quarter held a no-op worker to
+//! about 310 records per fetch of 500 slots; at the concurrency it asks for 490 (BENCHMARKS.md,
+//! round 3).
 
 use std::time::Duration;
 
@@ -18,8 +24,6 @@ use super::average::Average;
 
 /// The records fetched ahead cover this many fetch round trips of the handlers' work.
 const ROUND_TRIPS: u32 = 2;
-/// At most `concurrency / MAX_SHARE` records are fetched ahead.
-pub(super) const MAX_SHARE: usize = 4;
 
 #[derive(Debug, Default)]
 pub(super) struct Ahead {
@@ -58,7 +62,7 @@ impl Ahead {
 
 /// The most records ever fetched ahead of `concurrency` handlers.
 pub(super) fn most(concurrency: usize) -> usize {
-    concurrency / MAX_SHARE
+    concurrency
 }
 
 #[cfg(test)]
@@ -82,12 +86,15 @@ mod tests {
     }
 
     #[test]
-    fn fast_handlers_get_a_quarter_of_the_concurrency_at_most() {
+    fn fast_handlers_get_the_concurrency_at_most() {
         let ahead = after_fetches(3 * MS);
-        assert_eq!(ahead.records(1000, Some(Duration::from_micros(20))), 250);
-        assert_eq!(ahead.records(1000, Some(Duration::ZERO)), 250);
-        assert_eq!(most(500), 125);
-        assert_eq!(most(3), 0);
+        assert_eq!(ahead.records(1000, Some(Duration::from_micros(20))), 1000);
+        assert_eq!(ahead.records(1000, Some(Duration::ZERO)), 1000);
+        assert_eq!(
+            ahead.records(1000, Some(Duration::from_micros(10_000))),
+            600
+        );
+        assert_eq!(most(500), 500);
         let mut off = Ahead::new(0);
         off.fetched(3 * MS, 1);
         assert_eq!(off.records(1000, Some(Duration::ZERO)), 0);

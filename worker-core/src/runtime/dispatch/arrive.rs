@@ -42,8 +42,8 @@ where
         true
     }
 
-    /// Asks for min(concurrency + records fetched ahead − unfinished records, max_poll_records,
-    /// what the fullest route may still take) records, if fetching is allowed now (see `ahead`).
+    /// Asks for min(concurrency + records fetched ahead − unfinished records, max_poll_records per
+    /// request the source sends, what the fullest route may still take) records, if fetching is allowed now (see `ahead`).
     /// Records whose acknowledgement is on the way do not count: the fetch carries (or overlaps)
     /// their acknowledgements, so a finished handler's successor does not wait a round trip for
     /// the broker's answer first. Their slots stay held until the broker answers, and a source may
@@ -88,7 +88,8 @@ where
             return false;
         }
         let max_poll = self.config.max_poll_records as usize;
-        let max = u32::try_from(room.min(max_poll)).unwrap_or(u32::MAX);
+        let per_fetch = max_poll.saturating_mul(self.source.fetch_requests().max(1));
+        let max = u32::try_from(room.min(per_fetch)).unwrap_or(u32::MAX);
         // Whether to wait for the last batch is judged on the handlers' own slots: the records
         // fetched ahead would otherwise fill every fetch and no fetch would ever wait.
         let own_room = room_within(concurrency).min(max_poll);

@@ -20,6 +20,7 @@ mockall::mock! {
         fn acknowledge(&self, id: &DeliveryId, kind: AckKind) -> AckReceipt;
         fn renew(&self, id: &DeliveryId) -> AckReceipt;
         fn close(&self) -> impl Future<Output = Result<()>> + Send;
+        fn fetch_requests(&self) -> usize;
     }
 }
 
@@ -78,6 +79,16 @@ fn source_with_round_trip(
     lock: Duration,
     round_trip: Duration,
 ) -> (MockSource, Arc<Mutex<Ledger>>) {
+    source_sending(total, lock, round_trip, 1)
+}
+
+/// The same, for a source whose fetch sends `requests` requests at once (one per leader).
+fn source_sending(
+    total: usize,
+    lock: Duration,
+    round_trip: Duration,
+    requests: usize,
+) -> (MockSource, Arc<Mutex<Ledger>>) {
     let ledger = Arc::new(Mutex::new(Ledger {
         total,
         ..Ledger::default()
@@ -114,6 +125,7 @@ fn source_with_round_trip(
     mock.expect_close()
         .times(1)
         .returning(|| Box::pin(async { Ok(()) }));
+    mock.expect_fetch_requests().returning(move || requests);
     (mock, ledger)
 }
 
@@ -234,6 +246,53 @@ async fn fetches_ask_ahead_for_what_fast_handlers_finish_in_two_round_trips() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn fast_handlers_get_a_whole_batch_fetched_ahead_and_no_more() {
+    // Handlers that take no time finish everything a fetch brings long before the next answers:
+    // the next fetch asks for a full batch beyond the handlers, never for more.
+    let (ledger, most) = run_timed(5_000, 100, Duration::ZERO, Duration::from_millis(3)).await;
+    let ledger = ledger.lock().unwrap();
+    assert!(most <= 100, "never more handlers than the concurrency");
+    let unfinished = |&(max, held): &(u32, usize)| held + max as usize;
+    assert!(
+        ledger.fetches.iter().all(|f| unfinished(f) <= 200),
+        "{:?}",
+        ledger.fetches
+    );
+    assert_eq!(
+        ledger.fetches.iter().map(unfinished).max(),
+        Some(200),
+        "{:?}",
+        ledger.fetches
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fetch_to_several_leaders_asks_for_max_poll_records_from_each() {
+    let (mock, ledger) = source_sending(300, Duration::from_secs(30), Duration::ZERO, 3);
+    let worker = Worker::builder(mock)
+        .route("t", handler(|_job| async { Outcome::Accept }))
+        .concurrency(30)
+        .max_poll_records(5)
+        .build()
+        .unwrap();
+    let l = ledger.clone();
+    run_until(
+        worker,
+        Duration::from_secs(60),
+        "all acknowledged",
+        move || l.lock().unwrap().acks.len() == 300,
+    )
+    .await;
+    let ledger = ledger.lock().unwrap();
+    assert_eq!(ledger.fetches[0], (15, 0), "{:?}", ledger.fetches);
+    assert!(
+        ledger.fetches.iter().all(|&(max, _)| max <= 15),
+        "{:?}",
+        ledger.fetches
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn slow_handlers_get_no_records_fetched_ahead() {
     // 8 handlers of 2 s finish 0.004 records in 2 × 1 ms: nothing waits for them.
     let (ledger, most) = run_timed(40, 8, Duration::from_secs(2), Duration::from_millis(1)).await;
@@ -333,6 +392,7 @@ async fn only_slow_records_are_renewed() {
 #[tokio::test(start_paused = true)]
 async fn a_failed_fetch_is_retried_after_a_pause() {
     let mut mock = MockSource::new();
+    mock.expect_fetch_requests().return_const(1usize);
     let mut seq = mockall::Sequence::new();
     mock.expect_fetch()
         .times(1)
@@ -386,6 +446,7 @@ async fn slow_acknowledgement_answers_never_make_a_fetch_overflow_the_slots() {
     }));
     let acks_queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut mock = MockSource::new();
+    mock.expect_fetch_requests().return_const(1usize);
     let (l, queued) = (ledger.clone(), acks_queued.clone());
     mock.expect_fetch().returning(move |max| {
         let (l, queued) = (l.clone(), queued.clone());
