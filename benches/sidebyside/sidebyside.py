@@ -1077,11 +1077,15 @@ def write_report(path, ctx, scs, results, broker_check, ours_available):
     lines.append(f"- Kafka: {ctx['kafka_version']} (broker and clients), {where} at {ctx['bootstrap']}")
     lines.append(f"- Machine: `nproc` = {os.cpu_count()}, {platform.machine()}, {platform.system()} "
                  f"{platform.release()}; {ctx['java_version']}")
-    lines.append(f"- Runs: {ctx['runs']} interleaved per figure after one discarded warm-up round; "
+    lines.append(f"- Runs: {ctx['runs']} interleaved per figure after discarded warm-up rounds "
+                 f"({ctx.get('warmed_s', 0):.0f} s of them, at least {ctx['warmup_s']:.0f} s); "
                  "figures are median (min–max)")
     lines.append(f"- Contender JVM options: `{' '.join(ctx['java_opts'])}`")
     spread = ", ".join(f"{'/'.join(map(str, v))}" for v in ctx["spread"].values())
     lines.append(f"- Topics pre-filled once by ProducerPerformance (round-robin), records per partition: {spread}")
+    layout = "; ".join(sorted({"/".join(map(str, v)) for v in ctx["layout"].values()}))
+    lines.append(f"- Partition leaders (partition P on the (P mod brokers)-th broker, the same for every "
+                 f"contender): {layout}")
     lines.append("- records/s spawn → lag 0 = records ÷ (contender spawn → the broker reports lag 0): "
                  "includes process start, group join and share-state initialisation. Steady records/s = "
                  "the lag the broker first reports ÷ (that moment → lag 0): the same broker view without "
@@ -1335,6 +1339,10 @@ def main():
     ap.add_argument("--out", help="Markdown output (default benches/sidebyside/results/<quick|full>.md)")
     ap.add_argument("--keep", action="store_true", help="keep the topics and groups afterwards")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run before giving up")
+    ap.add_argument("--warmup-s", type=float, default=None,
+                    help="repeat the discarded warm-up round until this many seconds have passed, so a "
+                         "freshly started broker is warm before the first measured round "
+                         "(default 120; --quick: 20)")
     args = ap.parse_args()
 
     quick = args.quick
@@ -1362,11 +1370,12 @@ def main():
     java_version = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
 
     ctx = dict(session=session, bootstrap=bootstrap, java_cp=java_cp, tools_cp=tools_cp,
-               java_opts=java_opts, ours_cmd=ours_cmd, logdir=logdir, groups=[], extra_topics=[], spread={},
+               java_opts=java_opts, ours_cmd=ours_cmd, logdir=logdir, groups=[], extra_topics=[], spread={}, layout={},
                quick=quick,
                runs=runs, poll_s=0.1, kafka_version=kafka_version, java_version=java_version,
                date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-               timeout_s=args.timeout or (300 if quick else 1800))
+               timeout_s=args.timeout or (300 if quick else 1800),
+               warmup_s=args.warmup_s if args.warmup_s is not None else (20.0 if quick else 120.0))
 
     scs = [s for s in scenarios(quick)
            if (s.cluster == (args.only == "cluster"))
@@ -1388,7 +1397,8 @@ def main():
                 continue  # a fresh empty topic per run
             if sc.topic.key not in topics:
                 name = f"sbs-{session}-{sc.topic.key}"
-                judge.ask("create-topic", name, sc.topic.partitions)
+                created = judge.ask("create-topic", name, sc.topic.partitions)
+                ctx["layout"][name] = created["leaders"]
                 say(f"pre-filling {name} with {sc.topic.records} records of {sc.topic.record_size} B")
                 prefill(name, sc.topic, bootstrap, logdir)
                 ends = judge.ask("end-offsets", name)
@@ -1401,15 +1411,22 @@ def main():
         def active(c):
             return c.kind != "ours" or bool(ours_cmd)
 
-        # One discarded warm-up run per kind of contender (a JVM, the perf tool, ours) and security
-        # protocol, on the first scenario it appears in. Every run is a fresh process: this warms the
-        # page cache and the broker (its TLS path too), not the contender.
-        warmed = set()
-        for sc in scs:
-            for c in sc.contenders:
-                if active(c) and (c.kind, c.security) not in warmed and not c.window_s:
-                    warmed.add((c.kind, c.security))
-                    results.append(run_scenario(judge, c, sc, 0, True, ctx))
+        # A discarded warm-up round: one run per kind of contender (a JVM, the perf tool, ours) and
+        # security protocol, on the first scenario it appears in, repeated until `warmup_s` have
+        # passed. Every run is a fresh process: this warms the page cache and the broker (its TLS
+        # path too), not the contender; a freshly started broker answers share fetches 2-3x
+        # slower for its first minutes.
+        warm_start = time.monotonic()
+        while True:
+            warmed = set()
+            for sc in scs:
+                for c in sc.contenders:
+                    if active(c) and (c.kind, c.security) not in warmed and not c.window_s:
+                        warmed.add((c.kind, c.security))
+                        results.append(run_scenario(judge, c, sc, 0, True, ctx))
+            if not warmed or time.monotonic() - warm_start >= ctx["warmup_s"]:
+                break
+        ctx["warmed_s"] = time.monotonic() - warm_start
         for run in range(1, runs + 1):
             for sc in scs:
                 cs = [c for c in sc.contenders if active(c)]

@@ -30,7 +30,9 @@ import java.util.Properties;
  * reading commands on stdin and answering one JSON line each on stdout:
  *
  * <pre>
- * create-topic TOPIC PARTITIONS   create a topic (replication factor 1)
+ * create-topic TOPIC PARTITIONS   create a topic (replication factor 1), partition P led by the
+ *                                 (P mod B)-th broker by id, so every topic of a session has
+ *                                 the same layout: {"created":TOPIC,"leaders":[L0,L1,...]}
  * end-offsets TOPIC              the topic's end offsets: {"records":TOTAL,"partitions":[N0,N1,...]}
  * earliest GROUP                  set share.auto.offset.reset=earliest on GROUP (before it exists)
  * group-config GROUP KEY VALUE    set one group config (e.g. share.record.lock.duration.ms) and read it back
@@ -49,6 +51,22 @@ public final class BrokerJudge {
 
     private BrokerJudge(Admin admin) {
         this.admin = admin;
+    }
+
+    /** Creates TOPIC with PARTITIONS partitions, partition P on the (P mod B)-th broker by id. */
+    private String createTopic(String topic, int partitions) throws Exception {
+        List<Integer> brokers = new ArrayList<>();
+        admin.describeCluster().nodes().get().forEach(n -> brokers.add(n.id()));
+        brokers.sort(null);
+        Map<Integer, List<Integer>> layout = new HashMap<>();
+        List<String> leaders = new ArrayList<>();
+        for (int p = 0; p < partitions; p++) {
+            int leader = brokers.get(p % brokers.size());
+            layout.put(p, List.of(leader));
+            leaders.add(Integer.toString(leader));
+        }
+        admin.createTopics(List.of(new NewTopic(topic, layout))).all().get();
+        return "{\"created\":\"" + topic + "\",\"leaders\":[" + String.join(",", leaders) + "]}";
     }
 
     public static void main(String[] argv) throws Exception {
@@ -88,9 +106,7 @@ public final class BrokerJudge {
         List<String> rest = Arrays.asList(words).subList(1, words.length);
         switch (words[0]) {
             case "create-topic":
-                admin.createTopics(List.of(new NewTopic(rest.get(0), Integer.parseInt(rest.get(1)), (short) 1)))
-                    .all().get();
-                return "{\"created\":\"" + rest.get(0) + "\"}";
+                return createTopic(rest.get(0), Integer.parseInt(rest.get(1)));
             case "end-offsets":
                 return endOffsets(rest.get(0));
             case "earliest":
