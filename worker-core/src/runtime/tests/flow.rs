@@ -251,14 +251,15 @@ async fn routes_by_topic() {
 }
 
 /// A finished record's acknowledgement overlaps the fetch of its successor (no round trip
-/// waited), and the record keeps its slot until the broker answers: at concurrency 1 the worker
-/// holds at most one running record and two being acknowledged.
+/// waited), and the record keeps its slot until the broker answers: at concurrency 1 (and so at
+/// most one record fetched ahead) the slot table holds 3 × 2 records, running or being
+/// acknowledged.
 #[tokio::test(start_paused = true)]
 async fn an_acknowledgement_on_the_way_does_not_delay_the_next_fetch() {
     let broker = MemoryBroker::builder()
         .ack_latency(Duration::from_millis(100))
         .build();
-    for i in 0..4 {
+    for i in 0..8 {
         broker.produce("t", i.to_string());
     }
     let worker = Worker::builder(broker.member("a"))
@@ -276,20 +277,25 @@ async fn an_acknowledgement_on_the_way_does_not_delay_the_next_fetch() {
     let run = tokio::spawn(worker.run());
     let b = broker.clone();
     wait_until(Duration::from_secs(5), "accepted", move || {
-        b.counts().acknowledged == 4
+        b.counts().acknowledged == 8
     })
     .await;
     shutdown.shutdown();
     run.await.unwrap().unwrap();
     let fetches = broker.fetches();
     let after = |i: usize| fetches[i].at - fetches[0].at;
-    assert!(fetches[..4].iter().all(|f| f.requested == 1), "{fetches:?}");
+    assert!(fetches[..8].iter().all(|f| f.requested == 1), "{fetches:?}");
     // Record 0 finished at 10 ms: record 1 is fetched at once, not when the answer comes (110 ms).
-    assert_eq!(after(1), Duration::from_millis(10), "{fetches:?}");
-    assert_eq!(after(2), Duration::from_millis(20), "{fetches:?}");
-    // Record 2 finished at 30 ms with the answers for records 0 and 1 still out: all three slots
+    for i in 1..6 {
+        assert_eq!(
+            after(i),
+            Duration::from_millis(10 * i as u64),
+            "{fetches:?}"
+        );
+    }
+    // Record 5 finished at 60 ms with the answers for records 0 to 4 still out: all six slots
     // are taken until the first answer frees one at 110 ms.
-    assert_eq!(after(3), Duration::from_millis(110), "{fetches:?}");
+    assert_eq!(after(6), Duration::from_millis(110), "{fetches:?}");
 }
 
 /// `poll_ready` is the backpressure: a route limited to 2 concurrent calls never runs more, and

@@ -439,6 +439,20 @@ async fn a_failed_fetch_is_retried_after_a_pause() {
 /// batch still fits, so no acquired record is released unhandled.
 #[tokio::test(start_paused = true)]
 async fn slow_acknowledgement_answers_never_make_a_fetch_overflow_the_slots() {
+    // Uneven latencies around the fetch's 20 ms, so records finish while fetches wait.
+    with_slow_acknowledgement_answers(|seq| 5 + (seq * 7) % 40).await;
+}
+
+/// The same with handlers that take no time: a whole batch is fetched ahead of them.
+#[tokio::test(start_paused = true)]
+async fn slow_acknowledgement_answers_never_make_a_fetch_ahead_overflow_the_slots() {
+    with_slow_acknowledgement_answers(|_| 0).await;
+}
+
+/// Runs 300 records through 8 handlers that take `handler_ms(seq)`, against a source whose
+/// fetches take 20 ms and give one record more per acknowledgement queued meanwhile, and whose
+/// broker answers acknowledgements 500 ms late; every record is accepted exactly once.
+async fn with_slow_acknowledgement_answers(handler_ms: fn(usize) -> usize) {
     const TOTAL: usize = 300;
     let ledger = Arc::new(Mutex::new(Ledger {
         total: TOTAL,
@@ -483,9 +497,8 @@ async fn slow_acknowledgement_answers_never_make_a_fetch_overflow_the_slots() {
     let worker = Worker::builder(mock)
         .route(
             "t",
-            // Uneven latencies around the fetch's 20 ms, so records finish while fetches wait.
-            handler(|job| async move {
-                let ms = 5 + (seq(&job) * 7) % 40;
+            handler(move |job| async move {
+                let ms = handler_ms(seq(&job));
                 tokio::time::sleep(Duration::from_millis(ms as u64)).await;
                 Outcome::Accept
             }),
