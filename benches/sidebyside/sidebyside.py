@@ -238,7 +238,7 @@ def scenarios(quick):
     heavy_count = 1_000 if quick else 3_000
     out.append(Scenario("heavy", "heavy tail 95% 20 ms / 5% 2 s, N=100, P=4, 100 B",
                         Topic(4, 100, heavy_count), "heavy:20:2000:5", 100,
-                        0.95 * 20 + 0.05 * 2000, [java_k(100), ours]))
+                        0.95 * 20 + 0.05 * 2000, [java_k(100), ours, *before(ours)]))
 
     # CPU-bound handler: 200 µs of the handler thread's CPU per record, spun synchronously on the
     # thread that runs the handler. Ours on a 1- and a 2-thread runtime (the machine's 2 cores), the
@@ -248,6 +248,8 @@ def scenarios(quick):
     cpu_us = 200
     ours_cpu = [Contender(f"{ours.name}, {t} runtime thread{'s' if t > 1 else ''}", ours.ack, "ours", threads=t,
                           extra=("--worker-threads", str(t), "--run-as-task")) for t in (1, 2)]
+    ours_cpu += [Contender(f"{b.name}, 2 runtime threads", b.ack, "ours", threads=2, extra=b.extra, command=b.command)
+                 for b in before(ours, ("--worker-threads", "2", "--run-as-task"))]
     for n in (64, 500):
         java_cpu = Contender(f"Java 2 threads x {n // 2} records", "explicit, per record", "java-explicit",
                              threads=2, max_poll_records=n // 2, acquire_mode="record_limit")
@@ -962,6 +964,8 @@ def cpu_section(lines, scs, kept, ours_available, cell, check):
                            f"cores busy of {one.name}", ceiling(), "–"))
         for j in java:
             ratios.append((sc, f"{two.name} ÷ {j.name}", paired(two, j), "target ≥ 1"))
+        for b in sorted(ours, key=lambda c: c.threads)[2:]:
+            ratios.append((sc, f"{two.name} ÷ {b.name}", paired(two, b), "no regression: ≥ 0.95"))
     lines.append("")
     for sc in scs:
         for c in sc.contenders:
@@ -1335,7 +1339,7 @@ def main():
     ap.add_argument("--runs", type=int, help="interleaved runs per figure (default 3; --quick: 1)")
     ap.add_argument("--only", help="run only scenarios whose name contains this (case-insensitive) "
                                    "or of this section (noop, tls, slow, heavy, cpu, latency, rss, startup, scale, renew; "
-                                   "cluster: the 3-broker rows alone)")
+                                   "cluster: the 3-broker rows alone); several, comma-separated")
     ap.add_argument("--out", help="Markdown output (default benches/sidebyside/results/<quick|full>.md)")
     ap.add_argument("--keep", action="store_true", help="keep the topics and groups afterwards")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run before giving up")
@@ -1377,10 +1381,11 @@ def main():
                timeout_s=args.timeout or (300 if quick else 1800),
                warmup_s=args.warmup_s if args.warmup_s is not None else (20.0 if quick else 120.0))
 
+    wanted = [w for w in (args.only or "").split(",") if w]
     scs = [s for s in scenarios(quick)
            if (s.cluster == (args.only == "cluster"))
-           and (not args.only or args.only == "cluster" or args.only.lower() in s.name.lower()
-                or args.only == s.section)]
+           and (not wanted or args.only == "cluster"
+                or any(w.lower() in s.name.lower() or w == s.section for w in wanted))]
     if not scs:
         raise SystemExit(f"no scenario matches --only {args.only!r}")
     if any(c.security != "plaintext" for sc in scs for c in sc.contenders):

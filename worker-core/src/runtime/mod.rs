@@ -3,15 +3,15 @@
 //! A [`Worker`] keeps up to `concurrency` handlers busy. Each record holds one slot from the fetch
 //! that acquired it until the broker has answered its acknowledgement. The worker fetches exactly
 //! min(`concurrency` + ahead − records not yet handed to the source for acknowledgement,
-//! `max_poll_records` × the requests a fetch sends (one per partition leader)) records, never 0, and a finished record's acknowledgement rides on (or
-//! overlaps) the fetch of its successor instead of delaying it by a round trip. "Ahead" is what
-//! the handlers finish in about two fetch round trips, measured as they run, at most
-//! `concurrency`, 0 for handlers slower than that and for workers of several routes: those
-//! records wait in their route's queue (locks renewed) and start the moment a handler ends, so a
-//! finished handler's slot does not idle for a round trip. A worker holds at most 2 ×
-//! `concurrency` unfinished records, and its slot table bounds everything it holds, those whose
-//! acknowledgements are on the way included, at three times that; there is no unbounded queue
-//! anywhere.
+//! `max_poll_records` × the requests a fetch sends (one per partition leader)) records, never 0,
+//! and a finished record's acknowledgement rides on (or overlaps) the fetch of its successor
+//! instead of delaying it by a round trip. "Ahead" is what the handlers finish in about two fetch
+//! round trips, measured as they run, at most `concurrency` per partition leader, 0 for handlers
+//! slower than that and for workers of several routes: those records wait in their route's queue
+//! (locks renewed) and start the moment a handler ends, so a finished handler's slot does not idle
+//! for a round trip. A worker holds at most (1 + leaders) × `concurrency` unfinished records, and
+//! its slot table bounds everything it holds, those whose acknowledgements are on the way included,
+//! at three times that; there is no unbounded queue anywhere.
 //!
 //! - **Outcome → acknowledgement.** The moment a handler returns, its [`Outcome`](crate::Outcome)
 //!   becomes ACCEPT, RELEASE (`Retry`) or REJECT and goes to the source, which sends it with the

@@ -20,7 +20,7 @@ pub(crate) struct DelayConfig {
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
     /// Handlers running at most; unfinished records held at most, with up to as many again
-    /// fetched ahead of fast handlers when there is one route.
+    /// per partition leader fetched ahead of fast handlers when there is one route.
     pub(crate) concurrency: usize,
     /// The most records one fetch asks for per request it sends (one per partition leader).
     pub(crate) max_poll_records: u32,

@@ -107,6 +107,13 @@ impl Slots {
         }
     }
 
+    /// Raises the capacity to `capacity` (never lowers it).
+    pub(crate) fn grow(&mut self, capacity: usize) {
+        self.capacity = self
+            .capacity
+            .max(u32::try_from(capacity).unwrap_or(u32::MAX));
+    }
+
     pub(crate) fn free(&self) -> usize {
         self.capacity as usize - self.held()
     }

@@ -63,6 +63,7 @@ where
             }
             self.fetching.not_before = None;
         }
+        self.fit_leaders();
         // Records waiting for their not-before are bounded by `max_held` apart: they never
         // take the room that new work needs.
         let unfinished = self
@@ -83,7 +84,11 @@ where
         };
         let concurrency = self.config.concurrency;
         let handler = self.fetching.coalesce.handler_average();
-        let room = room_within(concurrency + self.fetching.ahead.records(concurrency, handler));
+        let ahead = self
+            .fetching
+            .ahead
+            .records(concurrency, self.fetching.leaders, handler);
+        let room = room_within(concurrency + ahead);
         if room == 0 {
             return false;
         }
@@ -104,6 +109,27 @@ where
         self.fetching.started = now;
         self.fetching.asked = max;
         true
+    }
+
+    /// Sizes the slot table and the route's share for records fetched ahead from as many
+    /// partition leaders as the source now sends requests to (the most seen: it never shrinks, so
+    /// no held record is ever outside it).
+    fn fit_leaders(&mut self) {
+        let leaders = self.source.fetch_requests().max(1);
+        if leaders <= self.fetching.leaders {
+            return;
+        }
+        self.fetching.leaders = leaders;
+        let unfinished = self
+            .config
+            .concurrency
+            .saturating_add(self.fetching.ahead.most(leaders));
+        self.route_share = self.routes.share(unfinished);
+        self.slots.grow(
+            unfinished
+                .saturating_mul(3)
+                .saturating_add(self.config.max_held()),
+        );
     }
 
     fn on_fetched(&mut self, result: Result<Vec<Delivery>>, now: Instant) {

@@ -107,6 +107,8 @@ struct Fetching<'a> {
     coalesce_until: Option<Instant>,
     /// How many records a fetch asks for beyond the free handlers (see `ahead`).
     ahead: ahead::Ahead,
+    /// The most partition leaders a fetch has been sent to: what the slot table is sized for.
+    leaders: usize,
 }
 
 /// The loop's state, in parts that each own what they change. Generic over the service so a
@@ -271,13 +273,14 @@ where
         // Records are fetched ahead of the handlers of one route only: with several, a route
         // whose handlers hang would start its queued records in the handlers the other routes'
         // reserve keeps for them.
-        let ahead_most = if route_count == 1 {
-            ahead::most(config.concurrency)
+        let ahead_per_leader = if route_count == 1 {
+            ahead::per_leader(config.concurrency)
         } else {
             0
         };
-        // Unfinished records at most: the handlers', and those fetched ahead of them.
-        let unfinished = config.concurrency + ahead_most;
+        // Unfinished records at most: the handlers', and those fetched ahead of them (from one
+        // leader until the source reports more: see `fit_leaders`).
+        let unfinished = config.concurrency + ahead_per_leader;
         Self {
             source,
             config,
@@ -321,7 +324,8 @@ where
                 asked: 0,
                 coalesce: coalesce::Coalesce::default(),
                 coalesce_until: None,
-                ahead: ahead::Ahead::new(ahead_most),
+                ahead: ahead::Ahead::new(ahead_per_leader),
+                leaders: 1,
             },
             control: control::Control::new(config.controls.clone(), breakers, route_count),
             pace: Pace {

@@ -293,6 +293,40 @@ async fn a_fetch_to_several_leaders_asks_for_max_poll_records_from_each() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn fast_handlers_get_a_batch_fetched_ahead_per_leader() {
+    // Three leaders, each with a fetch of its own in flight: a batch of 30 ahead from each.
+    let (mock, ledger) =
+        source_sending(5_000, Duration::from_secs(30), Duration::from_millis(3), 3);
+    let worker = Worker::builder(mock)
+        .route("t", handler(|_job| async { Outcome::Accept }))
+        .concurrency(30)
+        .max_poll_records(50)
+        .build()
+        .unwrap();
+    let l = ledger.clone();
+    run_until(
+        worker,
+        Duration::from_secs(60),
+        "all acknowledged",
+        move || l.lock().unwrap().acks.len() == 5_000,
+    )
+    .await;
+    let ledger = ledger.lock().unwrap();
+    let unfinished = |&(max, held): &(u32, usize)| held + max as usize;
+    assert!(
+        ledger.fetches.iter().all(|f| unfinished(f) <= 30 + 3 * 30),
+        "{:?}",
+        ledger.fetches
+    );
+    assert_eq!(
+        ledger.fetches.iter().map(unfinished).max(),
+        Some(120),
+        "{:?}",
+        ledger.fetches
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn slow_handlers_get_no_records_fetched_ahead() {
     // 8 handlers of 2 s finish 0.004 records in 2 × 1 ms: nothing waits for them.
     let (ledger, most) = run_timed(40, 8, Duration::from_secs(2), Duration::from_millis(1)).await;
