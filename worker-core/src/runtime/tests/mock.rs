@@ -249,30 +249,36 @@ async fn fetches_ask_ahead_for_what_fast_handlers_finish_in_two_round_trips() {
 async fn fast_handlers_get_a_whole_batch_fetched_ahead_and_no_more() {
     // Handlers that take no time finish everything a fetch brings long before the next answers:
     // the next fetch asks for a full batch beyond the handlers, never for more.
-    let (ledger, most) = run_timed(5_000, 100, Duration::ZERO, Duration::from_millis(3)).await;
-    let ledger = ledger.lock().unwrap();
-    assert!(most <= 100, "never more handlers than the concurrency");
+    let fetches = no_op_fetches(5_000, 100, 100, Duration::from_millis(3), 1).await;
+    assert_unfinished_reach(&fetches, 100 + 100);
+}
+
+/// Asserts that no fetch asked for more than `most` records together with those held, and that
+/// one asked for exactly that.
+fn assert_unfinished_reach(fetches: &[(u32, usize)], most: usize) {
     let unfinished = |&(max, held): &(u32, usize)| held + max as usize;
-    assert!(
-        ledger.fetches.iter().all(|f| unfinished(f) <= 200),
-        "{:?}",
-        ledger.fetches
-    );
+    assert!(fetches.iter().all(|f| unfinished(f) <= most), "{fetches:?}");
     assert_eq!(
-        ledger.fetches.iter().map(unfinished).max(),
-        Some(200),
-        "{:?}",
-        ledger.fetches
+        fetches.iter().map(unfinished).max(),
+        Some(most),
+        "{fetches:?}"
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_fetch_to_several_leaders_asks_for_max_poll_records_from_each() {
-    let (mock, ledger) = source_sending(300, Duration::from_secs(30), Duration::ZERO, 3);
+/// Runs `total` records through `concurrency` no-op handlers, fetching from a source with
+/// `requests` leaders whose fetches take `round_trip`; returns every fetch as (max_records, held).
+async fn no_op_fetches(
+    total: usize,
+    concurrency: usize,
+    max_poll_records: u32,
+    round_trip: Duration,
+    requests: usize,
+) -> Vec<(u32, usize)> {
+    let (mock, ledger) = source_sending(total, Duration::from_secs(30), round_trip, requests);
     let worker = Worker::builder(mock)
         .route("t", handler(|_job| async { Outcome::Accept }))
-        .concurrency(30)
-        .max_poll_records(5)
+        .concurrency(concurrency)
+        .max_poll_records(max_poll_records)
         .build()
         .unwrap();
     let l = ledger.clone();
@@ -280,50 +286,24 @@ async fn a_fetch_to_several_leaders_asks_for_max_poll_records_from_each() {
         worker,
         Duration::from_secs(60),
         "all acknowledged",
-        move || l.lock().unwrap().acks.len() == 300,
+        move || l.lock().unwrap().acks.len() == total,
     )
     .await;
-    let ledger = ledger.lock().unwrap();
-    assert_eq!(ledger.fetches[0], (15, 0), "{:?}", ledger.fetches);
-    assert!(
-        ledger.fetches.iter().all(|&(max, _)| max <= 15),
-        "{:?}",
-        ledger.fetches
-    );
+    std::mem::take(&mut ledger.lock().unwrap().fetches)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fetch_to_several_leaders_asks_for_max_poll_records_from_each() {
+    let fetches = no_op_fetches(300, 30, 5, Duration::ZERO, 3).await;
+    assert_eq!(fetches[0], (15, 0), "{fetches:?}");
+    assert!(fetches.iter().all(|&(max, _)| max <= 15), "{fetches:?}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn fast_handlers_get_a_batch_fetched_ahead_per_leader() {
     // Three leaders, each with a fetch of its own in flight: a batch of 30 ahead from each.
-    let (mock, ledger) =
-        source_sending(5_000, Duration::from_secs(30), Duration::from_millis(3), 3);
-    let worker = Worker::builder(mock)
-        .route("t", handler(|_job| async { Outcome::Accept }))
-        .concurrency(30)
-        .max_poll_records(50)
-        .build()
-        .unwrap();
-    let l = ledger.clone();
-    run_until(
-        worker,
-        Duration::from_secs(60),
-        "all acknowledged",
-        move || l.lock().unwrap().acks.len() == 5_000,
-    )
-    .await;
-    let ledger = ledger.lock().unwrap();
-    let unfinished = |&(max, held): &(u32, usize)| held + max as usize;
-    assert!(
-        ledger.fetches.iter().all(|f| unfinished(f) <= 30 + 3 * 30),
-        "{:?}",
-        ledger.fetches
-    );
-    assert_eq!(
-        ledger.fetches.iter().map(unfinished).max(),
-        Some(120),
-        "{:?}",
-        ledger.fetches
-    );
+    let fetches = no_op_fetches(5_000, 30, 50, Duration::from_millis(3), 3).await;
+    assert_unfinished_reach(&fetches, 30 + 3 * 30);
 }
 
 #[tokio::test(start_paused = true)]
