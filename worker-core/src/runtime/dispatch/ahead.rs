@@ -7,10 +7,10 @@
 //! like any record's, and start the moment a handler ends; at most `concurrency` handlers run.
 //!
 //! Only for a worker of one route (see `Dispatcher::new`). Never more than the concurrency per
-//! partition leader (a fetch sends each leader a request of its own), and none for handlers so slow that their work in two round trips is less than a record: a record
-//! fetched ahead of a ten-minute job would wait for it while another worker of the group sits
-//! idle. Nothing before the first handler has ended and the first records have arrived, since
-//! until then neither speed is known.
+//! partition leader (a fetch sends each leader a request of its own), and none for handlers so slow
+//! that their work in two round trips is less than a record: a record fetched ahead of a ten-minute
+//! job would wait for it while another worker of the group sits idle. Nothing before the first
+//! handler has ended and the first records have arrived, since until then neither speed is known.
 //!
 //! The cap is what fast handlers get: they finish a whole batch while the next fetch is on its
 //! way, so with room for a batch more than the handlers hold, every fetch asks for a full batch
@@ -76,9 +76,15 @@ impl Ahead {
     }
 }
 
-/// The most records fetched ahead of `concurrency` handlers per partition leader.
-pub(super) fn per_leader(concurrency: usize) -> usize {
-    concurrency
+/// The most records fetched ahead of `concurrency` handlers per partition leader: a quarter of
+/// them on a route a fleet-wide pause may stop (a breaker or a cool-down), since a queued record
+/// is not checked against the pause when it starts.
+pub(super) fn per_leader(concurrency: usize, pausable: bool) -> usize {
+    if pausable {
+        concurrency / 4
+    } else {
+        concurrency
+    }
 }
 
 #[cfg(test)]
@@ -88,7 +94,7 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     fn after_fetches(round_trip: Duration) -> Ahead {
-        let mut ahead = Ahead::new(per_leader(1000));
+        let mut ahead = Ahead::new(per_leader(1000, false));
         ahead.fetched(round_trip, 10);
         ahead
     }
@@ -113,7 +119,8 @@ mod tests {
             ahead.records(1000, 1, Some(Duration::from_micros(10_000))),
             600
         );
-        assert_eq!(per_leader(500), 500);
+        assert_eq!(per_leader(500, false), 500);
+        assert_eq!(per_leader(500, true), 125);
         // Each of three leaders gets a batch.
         assert_eq!(ahead.records(1000, 3, Some(Duration::ZERO)), 3000);
         let mut off = Ahead::new(0);
@@ -130,7 +137,7 @@ mod tests {
 
     #[test]
     fn nothing_is_fetched_ahead_before_both_speeds_are_known() {
-        let mut ahead = Ahead::new(per_leader(1000));
+        let mut ahead = Ahead::new(per_leader(1000, false));
         assert_eq!(ahead.records(1000, 1, Some(50 * MS)), 0);
         // An empty fetch (a long poll) is not a round trip.
         ahead.fetched(500 * MS, 0);

@@ -277,8 +277,7 @@ where
         // when a handler frees even after the fleet paused the route (only arriving records are
         // checked against the pause), so more records queued ahead break the pause's promise.
         let ahead_per_leader = match route_count {
-            1 if breakers.keeps_copies(0) => config.concurrency / 4,
-            1 => ahead::per_leader(config.concurrency),
+            1 => ahead::per_leader(config.concurrency, breakers.keeps_copies(0)),
             _ => 0,
         };
         // Unfinished records at most: the handlers', and those fetched ahead of them (from one
