@@ -3,12 +3,13 @@
 //! When the share of failed calls in the last `window` crosses `failure_ratio` (after at least
 //! `min_calls`, or after 5 when the failure would dead-letter its record), the worker that saw it
 //! pauses the route **for the whole fleet** through the control topic for `open_for`, naming
-//! itself the prober. While the route is paused no worker
-//! starts its records, and a record whose handler fails meanwhile waits for the end of the pause
-//! without using up an attempt: an outage is not a reason to dead-letter. When `open_for` ends,
-//! the prober alone runs [`PROBE_CALLS`] records (half-open): if fewer than `failure_ratio` of
-//! them fail it resumes the route, otherwise it pauses it again. The others stay paused for one
-//! more `open_for`, so a prober that dies leaves the route paused no longer than that.
+//! itself the prober. While the route is paused no worker starts its records, and a record whose
+//! handler fails meanwhile waits for the end of the pause without using up an attempt: an outage
+//! is not a reason to dead-letter. When `open_for` ends, the prober alone runs [`PROBE_CALLS`]
+//! records, or every record it holds when it holds fewer (half-open): if fewer than
+//! `failure_ratio` of them fail it resumes the route, otherwise it pauses it again. The others
+//! stay paused for one more `open_for`, so a prober that dies leaves the route paused no longer
+//! than that.
 
 use std::time::Duration;
 

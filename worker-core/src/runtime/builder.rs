@@ -79,8 +79,9 @@ impl<S: ShareSource> WorkerBuilder<S> {
 
     /// How many handlers run at most. The worker holds this many unfinished records, plus (with
     /// one route, while handlers are fast) about what they finish in two fetch round trips, at
-    /// most as many again per partition leader, fetched ahead so that a handler that ends starts its next record at
-    /// once (each record holds a slot from fetch until its acknowledgement is answered).
+    /// most as many again per partition leader, fetched ahead so that a handler that ends starts
+    /// its next record at once (each record holds a slot from fetch until its acknowledgement is
+    /// answered).
     /// Default 64.
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.config.concurrency = concurrency;

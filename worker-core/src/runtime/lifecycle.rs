@@ -16,6 +16,7 @@
 //! | `Delayed` / `Throttled` | due | `Admitting` | check again |
 //! | `KeyWait` | key freed | `Admitting` | check again |
 //! | `Queued` | service ready | `Running` | call (forget if its lock was lost) |
+//! | `Queued` | its route paused | `Throttled` | wait for the pause's end, then check again |
 //! | `Running` | finished | per the [policy](crate::policy) | accept, hold, move, reject, dead-letter (forget if lost) |
 //! | `Running` | failed while its route is paused | `Throttled` (same attempt) | wait for the pause's end |
 //! | `Held` | hold ended | `Acking(Release)` | release |
@@ -110,6 +111,10 @@ pub(crate) enum Event<'a> {
     KeyFreed,
     /// Its route's service is ready to take it.
     Ready,
+    /// Its route was paused while it waited in the queue: it waits `wait` for the pause to end,
+    /// then is checked again like any record that arrives (a record fetched ahead never starts
+    /// inside a pause).
+    RoutePaused { wait: Duration },
     /// Its handler ended with `outcome` (a panic or the job timeout are retries by `cause`).
     Finished { outcome: &'a Outcome, cause: Cause },
     /// Its handler failed (a retry) while its route is paused: it waits `wait` for the pause to
@@ -464,6 +469,20 @@ impl<T: Copy + PartialOrd + Add<Duration, Output = T>> Life<T> {
             (Event::Ready, Phase::Queued) => {
                 self.phase = Phase::Running;
                 Step::default().effect(Effect::Call)
+            }
+            (Event::RoutePaused { .. }, Phase::Queued) if self.lost => {
+                Step::default().effect(Effect::Forget)
+            }
+            (Event::RoutePaused { .. }, Phase::Queued) if rules.stopping => {
+                self.release().fact(Fact::ReleasedOnShutdown)
+            }
+            (Event::RoutePaused { wait }, Phase::Queued) => {
+                self.phase = Phase::Throttled {
+                    until: rules.now + wait,
+                };
+                Step::default()
+                    .effect(Effect::Wait)
+                    .fact(Fact::RateLimited(LimitKind::Paused))
             }
             (Event::Finished { outcome, cause }, Phase::Running) => {
                 self.finished(outcome, cause, rules)

@@ -6,13 +6,13 @@
 //! `max_poll_records` × the requests a fetch sends (one per partition leader)) records, never 0,
 //! and a finished record's acknowledgement rides on (or overlaps) the fetch of its successor
 //! instead of delaying it by a round trip. "Ahead" is what the handlers finish in about two fetch
-//! round trips, measured as they run, at most `concurrency` per partition leader (a quarter of it on
-//! a route with a breaker or cool-down), 0 for handlers
+//! round trips, measured as they run, at most `concurrency` per partition leader, 0 for handlers
 //! slower than that and for workers of several routes: those records wait in their route's queue
 //! (locks renewed) and start the moment a handler ends, so a finished handler's slot does not idle
-//! for a round trip. A worker holds at most (1 + leaders) × `concurrency` unfinished records, and
-//! its slot table bounds everything it holds, those whose acknowledgements are on the way included,
-//! at three times that; there is no unbounded queue anywhere.
+//! for a round trip; a fleet-wide pause of the route takes them out of the queue to wait for its
+//! end. A worker holds at most (1 + leaders) × `concurrency` unfinished records, and its slot
+//! table bounds everything it holds, those whose acknowledgements are on the way included, at
+//! three times that; there is no unbounded queue anywhere.
 //!
 //! - **Outcome → acknowledgement.** The moment a handler returns, its [`Outcome`](crate::Outcome)
 //!   becomes ACCEPT, RELEASE (`Retry`) or REJECT and goes to the source, which sends it with the

@@ -228,6 +228,11 @@ impl<Svc> Routes<Svc> {
         Some(full)
     }
 
+    /// Route `route`'s records not yet being acknowledged.
+    pub(crate) fn active(&self, route: usize) -> usize {
+        self.routes.get(route).map_or(0, |r| r.active)
+    }
+
     /// The most records one fetch may bring so that no route exceeds its `share`: what the
     /// fullest route that is not paused has left. 0 when every route is paused.
     pub(crate) fn fetch_room(&self, share: usize) -> usize {
@@ -248,6 +253,15 @@ impl<Svc> Routes<Svc> {
     /// Records waiting for a service.
     pub(crate) fn queued(&self) -> usize {
         self.queued
+    }
+
+    /// Empties route `route`'s queue (it was paused): the records were never started.
+    pub(crate) fn take_queue(&mut self, route: usize) -> Vec<(SlotKey, Delivery)> {
+        let Some(entry) = self.routes.get_mut(route) else {
+            return Vec::new();
+        };
+        self.queued -= entry.queue.len();
+        entry.queue.drain(..).collect()
     }
 
     /// Empties every queue (shutdown): the records were never started.

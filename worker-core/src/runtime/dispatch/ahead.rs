@@ -36,8 +36,8 @@ pub(super) struct Ahead {
 }
 
 impl Ahead {
-    /// At most `per_leader` records ahead per partition leader (see [`per_leader`]; 0 turns
-    /// fetching ahead off).
+    /// At most `per_leader` records ahead per partition leader (the concurrency; 0 turns fetching
+    /// ahead off).
     pub(super) fn new(per_leader: usize) -> Self {
         Ahead {
             per_leader,
@@ -76,17 +76,6 @@ impl Ahead {
     }
 }
 
-/// The most records fetched ahead of `concurrency` handlers per partition leader: a quarter of
-/// them on a route a fleet-wide pause may stop (a breaker or a cool-down), since a queued record
-/// is not checked against the pause when it starts.
-pub(super) fn per_leader(concurrency: usize, pausable: bool) -> usize {
-    if pausable {
-        concurrency / 4
-    } else {
-        concurrency
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,7 +83,7 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     fn after_fetches(round_trip: Duration) -> Ahead {
-        let mut ahead = Ahead::new(per_leader(1000, false));
+        let mut ahead = Ahead::new(1000);
         ahead.fetched(round_trip, 10);
         ahead
     }
@@ -119,8 +108,6 @@ mod tests {
             ahead.records(1000, 1, Some(Duration::from_micros(10_000))),
             600
         );
-        assert_eq!(per_leader(500, false), 500);
-        assert_eq!(per_leader(500, true), 125);
         // Each of three leaders gets a batch.
         assert_eq!(ahead.records(1000, 3, Some(Duration::ZERO)), 3000);
         let mut off = Ahead::new(0);
@@ -137,7 +124,7 @@ mod tests {
 
     #[test]
     fn nothing_is_fetched_ahead_before_both_speeds_are_known() {
-        let mut ahead = Ahead::new(per_leader(1000, false));
+        let mut ahead = Ahead::new(1000);
         assert_eq!(ahead.records(1000, 1, Some(50 * MS)), 0);
         // An empty fetch (a long poll) is not a round trip.
         ahead.fetched(500 * MS, 0);

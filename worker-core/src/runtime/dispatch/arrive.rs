@@ -43,7 +43,8 @@ where
     }
 
     /// Asks for min(concurrency + records fetched ahead − unfinished records, max_poll_records per
-    /// request the source sends, what the fullest route may still take) records, if fetching is allowed now (see `ahead`).
+    /// request the source sends, what the fullest route may still take) records, if fetching is
+    /// allowed now (see `ahead`).
     /// Records whose acknowledgement is on the way do not count: the fetch carries (or overlaps)
     /// their acknowledgements, so a finished handler's successor does not wait a round trip for
     /// the broker's answer first. Their slots stay held until the broker answers, and a source may
@@ -63,7 +64,7 @@ where
             }
             self.fetching.not_before = None;
         }
-        self.fit_leaders();
+        let leaders = self.fit_leaders();
         // Records waiting for their not-before are bounded by `max_held` apart: they never
         // take the room that new work needs.
         let unfinished = self
@@ -84,16 +85,13 @@ where
         };
         let concurrency = self.config.concurrency;
         let handler = self.fetching.coalesce.handler_average();
-        let ahead = self
-            .fetching
-            .ahead
-            .records(concurrency, self.fetching.leaders, handler);
+        let ahead = self.fetching.ahead.records(concurrency, leaders, handler);
         let room = room_within(concurrency + ahead);
         if room == 0 {
             return false;
         }
         let max_poll = self.config.max_poll_records as usize;
-        let per_fetch = max_poll.saturating_mul(self.source.fetch_requests().max(1));
+        let per_fetch = max_poll.saturating_mul(leaders);
         let max = u32::try_from(room.min(per_fetch)).unwrap_or(u32::MAX);
         // Whether to wait for the last batch is judged on the handlers' own slots: the records
         // fetched ahead would otherwise fill every fetch and no fetch would ever wait.
@@ -111,13 +109,13 @@ where
         true
     }
 
-    /// Sizes the slot table and the route's share for records fetched ahead from as many
-    /// partition leaders as the source now sends requests to (the most seen: it never shrinks, so
-    /// no held record is ever outside it).
-    fn fit_leaders(&mut self) {
+    /// How many partition leaders the source sends requests to now; sizes the slot table and the
+    /// route's share for records fetched ahead from the most it has seen (never shrunk, so no held
+    /// record is ever outside them), while the records fetched ahead follow the leaders of now.
+    fn fit_leaders(&mut self) -> usize {
         let leaders = self.source.fetch_requests().max(1);
         if leaders <= self.fetching.leaders {
-            return;
+            return leaders;
         }
         self.fetching.leaders = leaders;
         let unfinished = self
@@ -130,6 +128,7 @@ where
                 .saturating_mul(3)
                 .saturating_add(self.config.max_held()),
         );
+        leaders
     }
 
     fn on_fetched(&mut self, result: Result<Vec<Delivery>>, now: Instant) {

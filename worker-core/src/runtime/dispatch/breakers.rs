@@ -147,15 +147,21 @@ where
             return gate;
         };
         let longest_wait = self.paths.policy.longest_wait();
+        let active = self.routes.active(route);
         let Some(state) = self.control.breakers.routes.get_mut(route) else {
             return gate;
         };
         let decision = match (gate, &mut state.breaker) {
             (Gate::Probing { .. }, Some((breaker, _))) if probe => {
-                let (_, ended, failures) = &mut state.probes;
+                let (started, ended, failures) = &mut state.probes;
                 *ended += 1;
                 *failures += u32::from(failed);
-                if *ended < PROBE_CALLS {
+                // A worker that holds fewer records than PROBE_CALLS (a low concurrency, a quiet
+                // route) judges on every record it holds once each has been probed: its failed
+                // probes wait out the half-open window, and a pause that lapsed unjudged would let
+                // their last attempts fail on an empty window and dead-letter them.
+                let all_probed = *ended == *started && *started as usize >= active;
+                if *ended < PROBE_CALLS && !all_probed {
                     Decision::Nothing
                 } else if breaker.probes_fail(*ended, *failures) {
                     Decision::Pause(breaker_pause(

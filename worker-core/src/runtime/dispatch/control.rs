@@ -14,7 +14,7 @@ use tower::Service;
 
 use crate::control::Controls;
 use crate::control::JOB_ID;
-use crate::runtime::lifecycle::{LimitKind, Phase};
+use crate::runtime::lifecycle::{Event, LimitKind, Phase};
 use crate::source::Delivery;
 use crate::source::ShareSource;
 use crate::{Job, Outcome};
@@ -197,10 +197,35 @@ where
             self.sync_route_pause(route);
             self.sync_delay_pause(route);
         }
+        if gate != Gate::Running {
+            self.stop_queued(route, gate, now);
+        }
         if !paused {
             self.wake_paused(route, now);
         }
         true
+    }
+
+    /// Takes the records of route `route` that wait in its queue (admitted before the route was
+    /// paused, or fetched ahead) out of it: they wait for the pause like a record that arrives
+    /// during it, so none starts inside the pause. When the route probes, they are admitted again
+    /// at once and only those that take a probe start.
+    fn stop_queued(&mut self, route: usize, gate: Gate, now: Instant) {
+        let wait = Control::pause_wait(gate, SystemTime::now());
+        for (key, delivery) in self.routes.take_queue(route) {
+            let Some(job) = self.slots.get_mut(key) else {
+                continue;
+            };
+            job.throttle = Some(LimitKind::Paused);
+            job.probe = false;
+            self.step_with(
+                key,
+                Event::RoutePaused { wait },
+                Duration::ZERO,
+                Some(delivery),
+                now,
+            );
+        }
     }
 
     /// Looks again at once at the records of route `route` that wait for its pause.

@@ -272,12 +272,9 @@ where
         let route_count = routes.len();
         // Records are fetched ahead of the handlers of one route only: with several, a route
         // whose handlers hang would start its queued records in the handlers the other routes'
-        // reserve keeps for them. A route with a breaker or a cool-down keeps the quarter of the
-        // concurrency it had before round 3: a record waiting in the route's queue is started
-        // when a handler frees even after the fleet paused the route (only arriving records are
-        // checked against the pause), so more records queued ahead break the pause's promise.
+        // reserve keeps for them. At most the concurrency per partition leader (see `ahead`).
         let ahead_per_leader = match route_count {
-            1 => ahead::per_leader(config.concurrency, breakers.keeps_copies(0)),
+            1 => config.concurrency,
             _ => 0,
         };
         // Unfinished records at most: the handlers', and those fetched ahead of them (from one

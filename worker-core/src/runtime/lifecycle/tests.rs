@@ -226,6 +226,24 @@ fn a_ready_service_runs_the_record_unless_its_lock_was_lost() {
 }
 
 #[test]
+fn a_queued_record_whose_route_pauses_waits_for_the_pause_and_keeps_its_attempt() {
+    let p = policy();
+    let paused = Event::RoutePaused {
+        wait: Duration::from_secs(2),
+    };
+    let mut l = life(Phase::Queued, 2);
+    let s = l.step(paused, rules(&p));
+    assert_eq!(effects(&s), vec![Effect::Wait]);
+    assert_eq!(facts(&s), vec![Fact::RateLimited(LimitKind::Paused)]);
+    assert_eq!(l.phase, Phase::Throttled { until: Ms(3_000) });
+    assert_eq!(l.attempt, 2);
+    // Checked again when the wait ends.
+    assert_eq!(effects(&l.step(Event::Due, rules(&p))), vec![Effect::Admit]);
+    let mut l = lost(Phase::Queued);
+    assert_eq!(effects(&l.step(paused, rules(&p))), vec![Effect::Forget]);
+}
+
+#[test]
 fn outcomes_follow_the_policy() {
     let p = policy();
     let finished = |outcome: &Outcome, cause, attempt| {

@@ -292,6 +292,19 @@ fn flaky(
 /// probe resumes the route and everything is accepted.
 #[tokio::test]
 async fn a_circuit_breaker_pauses_the_route_and_its_probe_resumes_it() {
+    breaker_outage(false, 2).await;
+}
+
+/// The same with a second route, so nothing is fetched ahead: the prober holds 3 records, fewer
+/// than PROBE_CALLS, and judges on those (or the pause would lapse unjudged and their last
+/// attempts dead-letter them). 3 attempts: with 3 records a second attempt could fail on a window
+/// of 4 calls, before the breaker may open.
+#[tokio::test]
+async fn a_prober_holding_fewer_records_than_its_probes_judges_on_those() {
+    breaker_outage(true, 3).await;
+}
+
+async fn breaker_outage(second_route: bool, attempts: u16) {
     let broker = MemoryBroker::builder()
         .lock_duration(Duration::from_secs(5))
         .build();
@@ -302,16 +315,19 @@ async fn a_circuit_breaker_pauses_the_route_and_its_probe_resumes_it() {
     let calls = Arc::new(AtomicUsize::new(0));
     let (controls, sender) = Controls::manual();
     let breaker = crate::Breaker::new(0.5, 20, Duration::from_secs(10), Duration::from_secs(1));
-    let worker = Worker::builder(broker.member("w"))
-        .add_route(
-            crate::Route::new(
-                "sms",
-                flaky(failing.clone(), calls.clone(), || Outcome::retry("503")),
-            )
-            .breaker(breaker),
+    let mut builder = Worker::builder(broker.member("w")).add_route(
+        crate::Route::new(
+            "sms",
+            flaky(failing.clone(), calls.clone(), || Outcome::retry("503")),
         )
+        .breaker(breaker),
+    );
+    if second_route {
+        builder = builder.route("emails", handler(|_| async { Outcome::Accept }));
+    }
+    let worker = builder
         .concurrency(4)
-        .max_attempts(2)
+        .max_attempts(attempts)
         .backoff(crate::policy::Backoff::exponential(
             Duration::from_millis(100),
             Duration::from_millis(100),
@@ -410,4 +426,60 @@ async fn a_retry_after_cools_the_route_down() {
         "one attempt, not spent on the 429: {summary:?}"
     );
     drop(calls);
+}
+
+/// Fast handlers get records fetched ahead, which wait in the route's queue: when a cool-down
+/// pauses the route, those wait for its end too. With one handler, the call after the 429 comes
+/// only once the pause is over.
+#[tokio::test]
+async fn records_waiting_in_the_queue_do_not_start_inside_a_pause() {
+    const ASKS: usize = 300;
+    let broker = MemoryBroker::new();
+    for i in 0..400 {
+        broker.produce("sms", i.to_string());
+    }
+    let starts = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (controls, _sender) = Controls::manual();
+    let seen = starts.clone();
+    let worker = Worker::builder(broker.member("w"))
+        .add_route(
+            crate::Route::new(
+                "sms",
+                handler(move |_| {
+                    let mut starts = seen.lock().unwrap();
+                    starts.push(std::time::Instant::now());
+                    let outcome = if starts.len() == ASKS {
+                        Outcome::retry_after(Duration::from_secs(1), "429")
+                    } else {
+                        Outcome::Accept
+                    };
+                    async move { outcome }
+                }),
+            )
+            .cool_down(),
+        )
+        .concurrency(1)
+        .max_attempts(1)
+        .controls(controls.clone())
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let b = broker.clone();
+    wait_until(
+        Duration::from_secs(20),
+        "every record accepted",
+        move || b.counts().acknowledged == 400,
+    )
+    .await;
+    shutdown.shutdown();
+    let summary = run.await.unwrap().unwrap();
+    assert_eq!(summary.dead_letters.total(), 0, "{summary:?}");
+    let starts = starts.lock().unwrap();
+    let (asked, next) = (starts[ASKS - 1], starts[ASKS]);
+    assert!(
+        next.duration_since(asked) >= Duration::from_millis(900),
+        "the next call came {:?} after the 429",
+        next.duration_since(asked)
+    );
 }

@@ -79,15 +79,16 @@ fn source_with_round_trip(
     lock: Duration,
     round_trip: Duration,
 ) -> (MockSource, Arc<Mutex<Ledger>>) {
-    source_sending(total, lock, round_trip, 1)
+    source_sending(total, lock, round_trip, |_| 1)
 }
 
-/// The same, for a source whose fetch sends `requests` requests at once (one per leader).
+/// The same, for a source whose `n`-th fetch sends `requests(n)` requests at once (one per
+/// leader).
 fn source_sending(
     total: usize,
     lock: Duration,
     round_trip: Duration,
-    requests: usize,
+    requests: fn(usize) -> usize,
 ) -> (MockSource, Arc<Mutex<Ledger>>) {
     let ledger = Arc::new(Mutex::new(Ledger {
         total,
@@ -125,7 +126,9 @@ fn source_sending(
     mock.expect_close()
         .times(1)
         .returning(|| Box::pin(async { Ok(()) }));
-    mock.expect_fetch_requests().returning(move || requests);
+    let l = ledger.clone();
+    mock.expect_fetch_requests()
+        .returning(move || requests(l.lock().unwrap().fetches.len()));
     (mock, ledger)
 }
 
@@ -249,7 +252,7 @@ async fn fetches_ask_ahead_for_what_fast_handlers_finish_in_two_round_trips() {
 async fn fast_handlers_get_a_whole_batch_fetched_ahead_and_no_more() {
     // Handlers that take no time finish everything a fetch brings long before the next answers:
     // the next fetch asks for a full batch beyond the handlers, never for more.
-    let fetches = no_op_fetches(5_000, 100, 100, Duration::from_millis(3), 1).await;
+    let fetches = no_op_fetches(5_000, 100, 100, Duration::from_millis(3), |_| 1).await;
     assert_unfinished_reach(&fetches, 100 + 100);
 }
 
@@ -266,13 +269,14 @@ fn assert_unfinished_reach(fetches: &[(u32, usize)], most: usize) {
 }
 
 /// Runs `total` records through `concurrency` no-op handlers, fetching from a source with
-/// `requests` leaders whose fetches take `round_trip`; returns every fetch as (max_records, held).
+/// `requests(n)` leaders at its `n`-th fetch, whose fetches take `round_trip`; returns every
+/// fetch as (max_records, held).
 async fn no_op_fetches(
     total: usize,
     concurrency: usize,
     max_poll_records: u32,
     round_trip: Duration,
-    requests: usize,
+    requests: fn(usize) -> usize,
 ) -> Vec<(u32, usize)> {
     let (mock, ledger) = source_sending(total, Duration::from_secs(30), round_trip, requests);
     let worker = Worker::builder(mock)
@@ -294,7 +298,7 @@ async fn no_op_fetches(
 
 #[tokio::test(start_paused = true)]
 async fn a_fetch_to_several_leaders_asks_for_max_poll_records_from_each() {
-    let fetches = no_op_fetches(300, 30, 5, Duration::ZERO, 3).await;
+    let fetches = no_op_fetches(300, 30, 5, Duration::ZERO, |_| 3).await;
     assert_eq!(fetches[0], (15, 0), "{fetches:?}");
     assert!(fetches.iter().all(|&(max, _)| max <= 15), "{fetches:?}");
 }
@@ -302,8 +306,22 @@ async fn a_fetch_to_several_leaders_asks_for_max_poll_records_from_each() {
 #[tokio::test(start_paused = true)]
 async fn fast_handlers_get_a_batch_fetched_ahead_per_leader() {
     // Three leaders, each with a fetch of its own in flight: a batch of 30 ahead from each.
-    let fetches = no_op_fetches(5_000, 30, 50, Duration::from_millis(3), 3).await;
+    let fetches = no_op_fetches(5_000, 30, 50, Duration::from_millis(3), |_| 3).await;
     assert_unfinished_reach(&fetches, 30 + 3 * 30);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_fetches_ahead_for_the_leaders_it_has_now() {
+    // Three leaders for the first 40 fetches, then one (the others' partitions moved away): the
+    // batches ahead shrink back to one.
+    let fetches = no_op_fetches(5_000, 30, 50, Duration::from_millis(3), |n| {
+        if n < 40 { 3 } else { 1 }
+    })
+    .await;
+    let (three, one) = fetches.split_at(40);
+    assert_unfinished_reach(three, 30 + 3 * 30);
+    // The records of the first fetch to one leader's time may still be held.
+    assert_unfinished_reach(&one[5..], 30 + 30);
 }
 
 #[tokio::test(start_paused = true)]
