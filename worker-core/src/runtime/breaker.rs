@@ -111,8 +111,12 @@ impl Breaker {
     /// dead-letter its record: an outage's first failures must not use up records' attempts
     /// before `min_calls` are counted.
     pub(crate) fn trips_early(&self, calls: u32, failed: u32) -> bool {
+        self.judges_early(calls) && f64::from(failed) >= self.failure_ratio * f64::from(calls)
+    }
+
+    /// Whether `calls` are enough to judge a failure that would dead-letter its record.
+    pub(crate) fn judges_early(&self, calls: u32) -> bool {
         calls >= self.min_calls.min(EARLY_CALLS)
-            && f64::from(failed) >= self.failure_ratio * f64::from(calls)
     }
 
     /// Whether `failed` of `calls` probes keep it open.

@@ -53,6 +53,8 @@ pub(crate) struct InFlight {
     pub(crate) throttle: Option<LimitKind>,
     /// It is one of the records a circuit breaker's prober runs (half-open).
     pub(crate) probe: bool,
+    /// It failed its last attempt once already while its route's breaker was too young to judge.
+    pub(crate) awaited_verdict: bool,
     /// What the dispatcher counts it in now.
     pub(crate) counted: Counted,
     /// Where a delay-topic record was moved from.
@@ -213,6 +215,7 @@ pub(crate) mod tests {
             holds_key: false,
             throttle: None,
             probe: false,
+            awaited_verdict: false,
             counted: Counted::default(),
             origin: None,
             not_before: None,

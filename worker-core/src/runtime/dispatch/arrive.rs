@@ -265,6 +265,7 @@ where
             holds_key: false,
             throttle: None,
             probe: false,
+            awaited_verdict: false,
             counted: Counted::default(),
             origin: waits.origin,
             not_before: waits.not_before,

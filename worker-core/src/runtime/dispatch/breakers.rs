@@ -25,6 +25,12 @@ use super::control::Gate;
 /// to find out worker by worker than to write.
 const MIN_COOL_DOWN: Duration = Duration::from_secs(1);
 
+/// How long a failure that would dead-letter its record waits, once, when its route's breaker
+/// has too few calls to judge it: the failures of the calls still in flight land meanwhile. A
+/// worker that joins an outage late gets records whose earlier attempts failed on other workers,
+/// and its first calls would otherwise dead-letter them before its window could open the breaker.
+pub(super) const VERDICT_WAIT: Duration = Duration::from_secs(1);
+
 /// Each route's breaker and cool-down, and this worker's id as a prober.
 #[derive(Debug)]
 pub(super) struct Breakers {
@@ -121,6 +127,31 @@ where
     Svc: Service<Job, Response = Outcome, Error = Infallible>,
     Svc::Future: Send + 'static,
 {
+    /// Whether the record in slot `key`, whose handler just failed (counted by
+    /// [`judge_outcome`](Self::judge_outcome)) and would be dead-lettered, waits [`VERDICT_WAIT`]
+    /// for its route's breaker instead: the window holds too few calls to judge, and the record
+    /// has not waited for a verdict before (a poison record is dead-lettered one wait later).
+    pub(super) fn awaits_verdict(&mut self, key: SlotKey, now: Instant) -> bool {
+        let last_attempt = self.paths.policy.last_attempt();
+        let Some((route, attempt, waited)) = self.slots.get(key).and_then(|job| {
+            job.route
+                .map(|r| (r, job.life.attempt, job.awaited_verdict))
+        }) else {
+            return false;
+        };
+        if waited || attempt < last_attempt {
+            return false;
+        }
+        let Some(RouteBreaker {
+            breaker: Some((breaker, window)),
+            ..
+        }) = self.control.breakers.routes.get_mut(route)
+        else {
+            return false;
+        };
+        !breaker.judges_early(window.totals(now).0)
+    }
+
     /// Counts the outcome of the record in slot `key` for its route's breaker or cool-down, and
     /// pauses or resumes the route for the fleet when that decides it. Returns the route's gate
     /// after it.

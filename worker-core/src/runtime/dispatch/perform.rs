@@ -22,6 +22,7 @@ use super::super::receipt::SlotReceipt;
 use super::super::slots::SlotKey;
 use super::super::writes::Written;
 use super::Dispatcher;
+use super::breakers::VERDICT_WAIT;
 use super::control::{Control, Gate};
 
 impl<S, Svc> Dispatcher<'_, S, Svc>
@@ -303,17 +304,25 @@ where
         };
         if ran {
             let gate = self.judge_outcome(key, &outcome, now);
-            // It runs again once the pause ends, from its copy (kept with a dead-letter or delay
-            // sink, or on a route with a breaker or cool-down); without one the policy decides.
-            if gate != Gate::Running
-                && matches!(outcome, Outcome::Retry { .. })
+            let failed = matches!(outcome, Outcome::Retry { .. });
+            let undecided = failed && gate == Gate::Running && self.awaits_verdict(key, now);
+            // It runs again once the pause ends (or once its breaker could judge), from its copy
+            // (kept with a dead-letter or delay sink, or on a route with a breaker or
+            // cool-down); without one the policy decides.
+            if (gate != Gate::Running || undecided)
+                && failed
                 && let Some(job) = self.slots.get_mut(key)
                 && let Some(copy) = job.letter.clone()
             {
                 job.throttle = Some(LimitKind::Paused);
                 job.probe = false;
                 job.parked = Some(copy);
-                let wait = Control::pause_wait(gate, SystemTime::now());
+                job.awaited_verdict |= undecided;
+                let wait = if undecided {
+                    VERDICT_WAIT
+                } else {
+                    Control::pause_wait(gate, SystemTime::now())
+                };
                 self.step(
                     key,
                     Event::FailedWhilePaused {

@@ -11,6 +11,7 @@ use super::support::{handler, wait_until};
 use crate::Outcome;
 use crate::control::{Cancel, Controls, JOB_ID, Pause};
 use crate::runtime::Worker;
+use crate::source::ShareSource;
 use crate::testing::{MemoryBroker, ProducedRecord, RecordState};
 
 fn pause(topic: &str, until: Option<SystemTime>) -> Pause {
@@ -364,6 +365,58 @@ async fn breaker_outage(second_route: bool, attempts: u16) {
     assert_eq!(summary.dead_letters.total(), 0, "{summary:?}");
     assert_eq!(broker.counts().archived, 0);
     drop(sender);
+}
+
+/// A worker that joins an outage late gets records whose earlier attempts failed elsewhere (here
+/// two deliveries that never finished): their last attempts fail before its window holds enough
+/// calls to judge. Each waits once for the breaker's verdict, the breaker opens on the fifth, and
+/// none is dead-lettered for the outage.
+#[tokio::test]
+async fn last_attempts_wait_for_a_breaker_too_young_to_judge() {
+    let broker = MemoryBroker::builder()
+        .lock_duration(Duration::from_secs(5))
+        .build();
+    for i in 0..8 {
+        broker.produce("sms", i.to_string());
+    }
+    let crashing = broker.member("crashing");
+    for _ in 0..2 {
+        assert_eq!(crashing.fetch(8).await.unwrap().len(), 8);
+        crashing.reset_session();
+    }
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (controls, _sender) = Controls::manual();
+    let breaker = crate::Breaker::new(0.5, 20, Duration::from_secs(10), Duration::from_secs(1));
+    let worker = Worker::builder(broker.member("w"))
+        .add_route(
+            crate::Route::new(
+                "sms",
+                flaky(failing.clone(), calls.clone(), || Outcome::retry("503")),
+            )
+            .breaker(breaker),
+        )
+        .concurrency(8)
+        .max_attempts(3)
+        .controls(controls.clone())
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let pause = paused_within(&controls, "sms", Duration::from_secs(10)).await;
+    assert!(pause.reason.contains("circuit breaker"), "{pause:?}");
+    failing.store(false, Ordering::SeqCst);
+    let b = broker.clone();
+    wait_until(
+        Duration::from_secs(20),
+        "every record accepted",
+        move || b.counts().acknowledged == 8,
+    )
+    .await;
+    shutdown.shutdown();
+    let summary = run.await.unwrap().unwrap();
+    assert_eq!(summary.dead_letters.total(), 0, "{summary:?}");
+    assert_eq!(broker.counts().archived, 0);
 }
 
 /// A handler's `retry_after` on a route with `cool_down` pauses the route for that long: the
