@@ -31,6 +31,19 @@ pub struct ControlTopic {
     topic: String,
     security: Security,
     client_id: String,
+    writer: CachedProducer,
+}
+
+/// The producer that writes the commands, made at the first write and kept by every clone: a
+/// new idempotent producer takes ~0.5 s to connect and get its producer id, which a breaker's or
+/// a cool-down's pause would otherwise wait before the rest of the fleet could read it.
+#[derive(Clone, Default)]
+struct CachedProducer(Arc<std::sync::Mutex<Option<Arc<Producer>>>>);
+
+impl std::fmt::Debug for CachedProducer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CachedProducer")
+    }
 }
 
 impl ControlTopic {
@@ -41,6 +54,7 @@ impl ControlTopic {
             topic: topic.into(),
             security: Security::default(),
             client_id: format!("{}-control", crate::defaults::CLIENT_ID),
+            writer: CachedProducer::default(),
         }
     }
 
@@ -52,12 +66,14 @@ impl ControlTopic {
     /// Secures the connections (TLS, SASL); default plain TCP.
     pub fn security(mut self, security: Security) -> Self {
         self.security = security;
+        self.writer = CachedProducer::default();
         self
     }
 
     /// Sets the client id of the topic's reader and writer.
     pub fn client_id(mut self, client_id: impl Into<String>) -> Self {
         self.client_id = client_id.into();
+        self.writer = CachedProducer::default();
         self
     }
 
@@ -98,6 +114,9 @@ impl ControlTopic {
             Ok((consumer, sender))
         })
         .await?;
+        // Made now, so the worker's first command (a breaker's pause) is not delayed by it; a
+        // producer that cannot be made says so at that write.
+        let _ = self.producer();
         let this = self.clone();
         std::thread::Builder::new()
             .name("share-worker-control".to_owned())
@@ -181,6 +200,36 @@ impl ControlTopic {
     }
 
     async fn write(&self, key: &str, value: &[u8], what: &str) -> Result<()> {
+        let producer = self.producer()?;
+        let what = format!("{what} on control topic {}", self.topic);
+        let written = producer
+            .write(
+                FutureRecord::to(&self.topic)
+                    .key(key.as_bytes())
+                    .payload(value),
+            )
+            .await;
+        if written.is_err()
+            && let Ok(mut cached) = self.writer.0.lock()
+            && cached.as_ref().is_some_and(|c| Arc::ptr_eq(c, &producer))
+        {
+            // The next write starts from a new producer, in case this one is what failed.
+            *cached = None;
+        }
+        written.map_err(|failure| failure.into_error(&what))?;
+        Ok(())
+    }
+
+    /// The producer of the commands: the one kept, or a new one.
+    fn producer(&self) -> Result<Arc<Producer>> {
+        let mut cached = self
+            .writer
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(producer) = cached.as_ref() {
+            return Ok(producer.clone());
+        }
         let config = producer_config(
             &self.security,
             &self.bootstrap,
@@ -188,22 +237,14 @@ impl ControlTopic {
             WRITE_TIMEOUT,
             &[],
         )?;
-        let producer = Producer::new(&config, &self.security).map_err(|err| {
+        let producer = Arc::new(Producer::new(&config, &self.security).map_err(|err| {
             Error::new(
                 ErrorKind::Config,
                 format!("control topic {}: {err}", self.topic),
             )
-        })?;
-        let what = format!("{what} on control topic {}", self.topic);
-        producer
-            .write(
-                FutureRecord::to(&self.topic)
-                    .key(key.as_bytes())
-                    .payload(value),
-            )
-            .await
-            .map_err(|failure| failure.into_error(&what))?;
-        Ok(())
+        })?);
+        *cached = Some(producer.clone());
+        Ok(producer)
     }
 
     /// A consumer of the topic that joins no group.
