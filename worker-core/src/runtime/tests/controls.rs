@@ -251,6 +251,28 @@ async fn cancelled_jobs_never_run_and_running_ones_are_told_to_stop() {
     assert_eq!(summary.accepted, 4, "{summary:?}");
 }
 
+/// Waits up to `limit` for `n` records of `broker` to be accepted.
+async fn accepted(broker: &MemoryBroker, n: usize, limit: Duration) {
+    let b = broker.clone();
+    wait_until(limit, "every record accepted", move || {
+        b.counts().acknowledged == n
+    })
+    .await;
+}
+
+/// Stops the worker and asserts that nothing was dead-lettered: not by the worker, and not
+/// archived by the broker.
+async fn stopped_without_dead_letters(
+    shutdown: crate::runtime::ShutdownHandle,
+    run: tokio::task::JoinHandle<crate::Result<crate::runtime::Summary>>,
+    broker: &MemoryBroker,
+) {
+    shutdown.shutdown();
+    let summary = run.await.unwrap().unwrap();
+    assert_eq!(summary.dead_letters.total(), 0, "{summary:?}");
+    assert_eq!(broker.counts().archived, 0);
+}
+
 /// The pause of `topic` once the controls have one, within `limit`.
 async fn paused_within(controls: &Controls, topic: &str, limit: Duration) -> Pause {
     let c = controls.clone();
@@ -352,18 +374,9 @@ async fn breaker_outage(second_route: bool, attempts: u16) {
         "calls while open: {during}"
     );
     failing.store(false, Ordering::SeqCst);
-    let b = broker.clone();
-    wait_until(
-        Duration::from_secs(20),
-        "every record accepted",
-        move || b.counts().acknowledged == 60,
-    )
-    .await;
+    accepted(&broker, 60, Duration::from_secs(20)).await;
     assert!(controls.state().paused("sms", SystemTime::now()).is_none());
-    shutdown.shutdown();
-    let summary = run.await.unwrap().unwrap();
-    assert_eq!(summary.dead_letters.total(), 0, "{summary:?}");
-    assert_eq!(broker.counts().archived, 0);
+    stopped_without_dead_letters(shutdown, run, &broker).await;
     drop(sender);
 }
 
@@ -406,17 +419,8 @@ async fn last_attempts_wait_for_a_breaker_too_young_to_judge() {
     let pause = paused_within(&controls, "sms", Duration::from_secs(10)).await;
     assert!(pause.reason.contains("circuit breaker"), "{pause:?}");
     failing.store(false, Ordering::SeqCst);
-    let b = broker.clone();
-    wait_until(
-        Duration::from_secs(20),
-        "every record accepted",
-        move || b.counts().acknowledged == 8,
-    )
-    .await;
-    shutdown.shutdown();
-    let summary = run.await.unwrap().unwrap();
-    assert_eq!(summary.dead_letters.total(), 0, "{summary:?}");
-    assert_eq!(broker.counts().archived, 0);
+    accepted(&broker, 8, Duration::from_secs(20)).await;
+    stopped_without_dead_letters(shutdown, run, &broker).await;
 }
 
 /// A handler's `retry_after` on a route with `cool_down` pauses the route for that long: the
@@ -459,13 +463,7 @@ async fn a_retry_after_cools_the_route_down() {
     let started = std::time::Instant::now();
     assert!(pause.reason.contains("cool-down"), "{pause:?}");
     assert!(pause.probe.is_none());
-    let b = broker.clone();
-    wait_until(
-        Duration::from_secs(10),
-        "every record accepted",
-        move || b.counts().acknowledged == 10,
-    )
-    .await;
+    accepted(&broker, 10, Duration::from_secs(10)).await;
     assert!(
         started.elapsed() >= Duration::from_millis(1500),
         "nothing ran during the cool-down ({:?})",
@@ -518,16 +516,8 @@ async fn records_waiting_in_the_queue_do_not_start_inside_a_pause() {
         .unwrap();
     let shutdown = worker.shutdown_handle();
     let run = tokio::spawn(worker.run());
-    let b = broker.clone();
-    wait_until(
-        Duration::from_secs(20),
-        "every record accepted",
-        move || b.counts().acknowledged == 400,
-    )
-    .await;
-    shutdown.shutdown();
-    let summary = run.await.unwrap().unwrap();
-    assert_eq!(summary.dead_letters.total(), 0, "{summary:?}");
+    accepted(&broker, 400, Duration::from_secs(20)).await;
+    stopped_without_dead_letters(shutdown, run, &broker).await;
     let starts = starts.lock().unwrap();
     let (asked, next) = (starts[ASKS - 1], starts[ASKS]);
     assert!(
