@@ -461,7 +461,8 @@ def security_tag(c):
 
 def run_one(judge, c, sc, run, warmup, ctx):
     # Another build of ours, or other arguments: a group of its own.
-    variant = ("-alt" if c.command else "") + (f"-{slug(' '.join(c.extra))[:16]}" if c.extra else "")
+    variant = (("-alt" if c.command else "") + (f"-{slug(' '.join(c.extra))[:16]}" if c.extra else "")
+               + (f"-{slug(c.acquire_mode)}" if c.acquire_mode else ""))
     group = f"sbs-{ctx['session']}-{c.kind}{variant}{security_tag(c)}-t{c.threads}-{slug(sc.name)}-r{run}"
     ctx["groups"].append(group)
     res = Result(sc.name, c.name, run, warmup, sc.topic.records, group=group)
