@@ -15,6 +15,10 @@ use super::routes::RouteLimits;
 use crate::handler::JobDefinition;
 use crate::{Error, ErrorKind, Job, Outcome, Result};
 
+/// The largest lane weight: enough for any split a person means, small enough that no product of
+/// weights and slots overflows.
+const MAX_WEIGHT: u32 = 1000;
+
 /// One route of a [`Worker`](super::Worker): the records of `topic` go to `service`, with this
 /// route's own job timeout and limits. Add it with
 /// [`WorkerBuilder::add_route`](super::WorkerBuilder::add_route).
@@ -129,6 +133,38 @@ impl Route {
         self
     }
 
+    /// Makes the route a lane of strict `priority` (0 first): while a route of a higher priority
+    /// has records that want a handler, this one takes no more records than its floor (the
+    /// reserve every route keeps: max(1, slots / (4 × routes))) and its topic is not fetched
+    /// above it; its records already running finish. The floor keeps it from starving forever.
+    /// Several topics feed one handler as lanes when their routes share a service (a clone).
+    /// Routes without a priority neither yield nor are yielded to.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use tower::service_fn;
+    /// use worker_core::runtime::Route;
+    /// use worker_core::{Job, Outcome};
+    ///
+    /// let sms = service_fn(|_job: Job| async { Ok::<_, Infallible>(Outcome::Accept) });
+    /// let otp = Route::new("sms.otp", sms.clone()).priority(0);
+    /// let marketing = Route::new("sms.marketing", sms).priority(1);
+    /// # let _ = (otp, marketing);
+    /// ```
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.limits.priority = Some(priority);
+        self
+    }
+
+    /// Makes the route a weighted lane: the weighted lanes of one priority that have records
+    /// wanting a handler split the slots by weight (3 and 1: three quarters and one quarter),
+    /// never below the floor (see [`priority`](Self::priority)); a lane with nothing to do lends
+    /// its part to the others. 1 to 1,000.
+    pub fn weight(mut self, weight: u32) -> Self {
+        self.limits.weight = Some(weight);
+        self
+    }
+
     /// What is wrong with the route's settings, naming the topic and the setting.
     pub(super) fn check(&self) -> Result<()> {
         let topic = &self.topic;
@@ -140,6 +176,13 @@ impl Route {
         };
         if self.timeout.is_some_and(|t| t.is_zero()) {
             return bad("timeout", "expected a timeout above 0");
+        }
+        if self
+            .limits
+            .weight
+            .is_some_and(|w| !(1..=MAX_WEIGHT).contains(&w))
+        {
+            return bad("weight", "expected 1 to 1000");
         }
         if self.limits.key_concurrency == Some(0) {
             return bad("key_concurrency", "expected at least 1");

@@ -27,6 +27,16 @@ pub(crate) struct RouteLimits {
     pub(crate) breaker: Option<super::breaker::Breaker>,
     /// Whether a handler's `retry_after` pauses the route for the whole fleet.
     pub(crate) cool_down: bool,
+    /// Its lane's strict priority (0 first), if it is a lane.
+    pub(crate) priority: Option<u8>,
+    /// Its lane's weight among the lanes of its priority, if it is a weighted lane.
+    pub(crate) weight: Option<u32>,
+}
+
+impl RouteLimits {
+    fn is_lane(&self) -> bool {
+        self.priority.is_some() || self.weight.is_some()
+    }
 }
 
 /// Which route a topic belongs to.
@@ -49,11 +59,31 @@ struct RouteEntry<Svc> {
     limits: RouteLimits,
     /// Its records not yet being acknowledged (queued, running, held, dead-lettering).
     active: usize,
+    /// Its records that want a handler now (admitted, queued or running): what makes a lane
+    /// busy, so that lower lanes yield to it. A held retry or a paused route wants none.
+    demand: usize,
     /// Whether its topic is paused at the source (it holds its full share of the slots).
     paused: bool,
+    /// Lanes: whether the next fetch leaves its topic out (another lane has more room: see
+    /// [`Routes::plan_fetch`]).
+    skipped: bool,
+    /// Lanes: whether the last fetch that asked for its topic brought some of its records.
+    had_records: bool,
+    /// Lanes: whether the fetch in flight asks for its topic.
+    asked: bool,
+    /// Whether the controls pause it fleet-wide: a lane that cannot run is not busy.
+    blocked: bool,
     /// Records fetched for this topic that wait for `poll_ready`. Bounded by the slot count: every
     /// record here holds a slot.
     queue: VecDeque<(SlotKey, Delivery)>,
+}
+
+impl<Svc> RouteEntry<Svc> {
+    /// Whether the lane has work: records that want a handler, or records in the broker (its last
+    /// fetch brought some), and the controls do not pause it.
+    fn busy(&self) -> bool {
+        !self.blocked && (self.demand > 0 || self.had_records)
+    }
 }
 
 /// The route table. The dispatcher owns it: it calls `poll_ready` on a route's service and then
@@ -65,6 +95,14 @@ pub(crate) struct Routes<Svc> {
     /// Where the next readiness scan starts, so no route starves the others.
     next: usize,
     queued: usize,
+    /// How many unfinished records all routes hold at most together.
+    capacity: usize,
+    /// Whether some route is a lane (has a priority or a weight): then a route's share depends
+    /// on which other lanes are busy.
+    lanes: bool,
+    /// The routes in the order their queues are looked at: by lane priority (routes without one
+    /// last), the order of insertion within one priority.
+    order: Vec<usize>,
 }
 
 impl<Svc> Default for Routes<Svc> {
@@ -74,6 +112,9 @@ impl<Svc> Default for Routes<Svc> {
             by_topic: HashMap::new(),
             next: 0,
             queued: 0,
+            capacity: 1,
+            lanes: false,
+            order: Vec::new(),
         }
     }
 }
@@ -97,6 +138,7 @@ impl<Svc> Routes<Svc> {
                 from_delay: false,
             },
         );
+        self.lanes |= limits.is_lane();
         self.routes.push(RouteEntry {
             topic,
             delay_topic: None,
@@ -104,9 +146,22 @@ impl<Svc> Routes<Svc> {
             timeout,
             limits,
             active: 0,
+            demand: 0,
             paused: false,
+            skipped: false,
+            had_records: true,
+            asked: false,
+            blocked: false,
             queue: VecDeque::new(),
         });
+        let rank = |route: &usize| {
+            self.routes[*route]
+                .limits
+                .priority
+                .map_or(u16::from(u8::MAX) + 1, u16::from)
+        };
+        self.order = (0..self.routes.len()).collect();
+        self.order.sort_by_key(rank);
         true
     }
 
@@ -179,6 +234,11 @@ impl<Svc> Routes<Svc> {
         self.routes.get(route).is_some_and(|r| r.paused)
     }
 
+    /// Whether the next fetch leaves route `route`'s topic out (see [`plan_fetch`](Self::plan_fetch)).
+    pub(crate) fn is_skipped(&self, route: usize) -> bool {
+        self.routes.get(route).is_some_and(|r| r.skipped)
+    }
+
     /// How many routes there are.
     pub(crate) fn len(&self) -> usize {
         self.routes.len()
@@ -198,34 +258,131 @@ impl<Svc> Routes<Svc> {
         self.routes.get(route).and_then(|r| r.timeout)
     }
 
-    /// How many unfinished records one route may hold when `concurrency` is shared by all routes:
-    /// each other route keeps a reserve of max(1, concurrency / (4 × routes)) slots, so a route
-    /// whose handlers are stuck cannot take the slots the other topics need. One route may use
-    /// all of them.
-    pub(crate) fn share(&self, concurrency: usize) -> usize {
+    /// Sets how many unfinished records all routes hold at most together (the handlers' slots,
+    /// and the records fetched ahead of them). Returns whether a route's pause changed.
+    pub(crate) fn set_capacity(&mut self, capacity: usize) -> bool {
+        self.capacity = capacity.max(1);
+        self.repause(None)
+    }
+
+    /// The slots every other route keeps for itself: max(1, capacity / (4 × routes)), so a route
+    /// whose handlers are stuck cannot take the slots the other topics need. It is also a lane's
+    /// floor: the least a lower or lighter lane may hold, so none starves forever.
+    fn reserve(&self) -> usize {
+        (self.capacity / (4 * self.routes.len().max(1))).max(1)
+    }
+
+    /// How many unfinished records route `route` may hold now. Alone a route may use every slot;
+    /// with others, all but their reserves. A lane holds less while other lanes are busy (want a
+    /// handler): a lane yields down to its floor while a lane of a higher priority is busy, and
+    /// weighted lanes of one priority split the slots by weight among those busy (itself
+    /// counted busy), never below the floor.
+    pub(crate) fn share(&self, route: usize) -> usize {
         let n = self.routes.len().max(1);
-        let reserve = (concurrency / (4 * n)).max(1);
-        concurrency
+        let reserve = self.reserve();
+        let most = self
+            .capacity
             .saturating_sub((n - 1).saturating_mul(reserve))
-            .max(1)
+            .max(1);
+        let Some(me) = self.routes.get(route) else {
+            return most;
+        };
+        if !self.lanes || !me.limits.is_lane() {
+            return most;
+        }
+        let higher_busy = me.limits.priority.is_some_and(|mine| {
+            self.routes.iter().any(|other| {
+                other.busy() && other.limits.priority.is_some_and(|theirs| theirs < mine)
+            })
+        });
+        if higher_busy {
+            return reserve.min(most);
+        }
+        let Some(weight) = me.limits.weight else {
+            return most;
+        };
+        let busy_weights: u64 = self
+            .routes
+            .iter()
+            .enumerate()
+            .filter(|(other, r)| {
+                (*other == route || r.busy()) && r.limits.priority == me.limits.priority
+            })
+            .filter_map(|(_, r)| r.limits.weight)
+            .map(u64::from)
+            .sum();
+        let split = (self.capacity as u64).saturating_mul(u64::from(weight)) / busy_weights.max(1);
+        usize::try_from(split)
+            .unwrap_or(usize::MAX)
+            .max(reserve)
+            .min(most)
     }
 
     /// Counts a record of route `route` becoming unfinished (`true`) or finished (`false`).
-    /// Returns whether to pause or resume the route's topic at the source when the route reached
-    /// its `share` or fell below it.
-    pub(crate) fn count(&mut self, route: usize, active: bool, share: usize) -> Option<bool> {
-        let r = self.routes.get_mut(route)?;
+    /// Returns whether a route's pause at the source changed (it reached its share or fell
+    /// below it).
+    pub(crate) fn count(&mut self, route: usize, active: bool) -> bool {
+        let Some(r) = self.routes.get_mut(route) else {
+            return false;
+        };
         if active {
             r.active += 1;
         } else {
             r.active = r.active.saturating_sub(1);
         }
-        let full = r.active >= share;
-        if full == r.paused {
-            return None;
+        self.repause(Some(route))
+    }
+
+    /// Counts a record of route `route` starting or ending to want a handler. Returns whether a
+    /// route's pause changed: a lane that becomes busy, or idle, moves the other lanes' shares.
+    pub(crate) fn count_demand(&mut self, route: usize, wants: bool) -> bool {
+        let Some(r) = self.routes.get_mut(route) else {
+            return false;
+        };
+        let was_busy = r.busy();
+        if wants {
+            r.demand += 1;
+        } else {
+            r.demand = r.demand.saturating_sub(1);
         }
-        r.paused = full;
-        Some(full)
+        if !self.lanes || was_busy == r.busy() {
+            return false;
+        }
+        self.repause(None)
+    }
+
+    /// Marks route `route` paused (or no longer) by the controls. Returns whether a route's
+    /// pause changed: a lane that cannot run yields to none.
+    pub(crate) fn set_blocked(&mut self, route: usize, blocked: bool) -> bool {
+        let Some(r) = self.routes.get_mut(route) else {
+            return false;
+        };
+        let was_busy = r.busy();
+        r.blocked = blocked;
+        if !self.lanes || was_busy == r.busy() {
+            return false;
+        }
+        self.repause(None)
+    }
+
+    /// Pauses the routes at their share and resumes those below it: route `only`, or (`None`)
+    /// every route. Returns whether one changed.
+    fn repause(&mut self, only: Option<usize>) -> bool {
+        let routes = only.map_or(0..self.routes.len(), |r| r..r + 1);
+        let mut changed = false;
+        for route in routes {
+            let full = self
+                .routes
+                .get(route)
+                .is_some_and(|r| r.active >= self.share(route));
+            if let Some(r) = self.routes.get_mut(route)
+                && r.paused != full
+            {
+                r.paused = full;
+                changed = true;
+            }
+        }
+        changed
     }
 
     /// Route `route`'s records not yet being acknowledged.
@@ -233,15 +390,97 @@ impl<Svc> Routes<Svc> {
         self.routes.get(route).map_or(0, |r| r.active)
     }
 
-    /// The most records one fetch may bring so that no route exceeds its `share`: what the
+    /// The most records one fetch may bring so that no route exceeds its share: what the
     /// fullest route that is not paused has left. 0 when every route is paused.
-    pub(crate) fn fetch_room(&self, share: usize) -> usize {
-        self.routes
-            .iter()
-            .filter(|r| !r.paused)
-            .map(|r| share.saturating_sub(r.active))
+    pub(crate) fn fetch_room(&self) -> usize {
+        (0..self.routes.len())
+            .filter(|route| !self.routes[*route].paused && !self.routes[*route].skipped)
+            .map(|route| self.room(route))
             .min()
             .unwrap_or(0)
+    }
+
+    fn room(&self, route: usize) -> usize {
+        self.share(route)
+            .saturating_sub(self.routes.get(route).map_or(0, |r| r.active))
+    }
+
+    /// Lanes: chooses which topics the next fetch asks for, so that it may be as large as the
+    /// roomiest lane that has records allows while no lane exceeds its share. A fetch brings at
+    /// most what the fullest topic it asks for has left (one request, records of any of its
+    /// topics), so asking for every topic would shrink each fetch to the fullest lane's last
+    /// free slot; a lane with less room than that sits this fetch out (its room grows while the
+    /// others fill up, so it is asked again soon), and a lane whose last fetch found nothing does
+    /// not set the size. Returns whether a topic's skip changed. Without lanes every topic not
+    /// paused is asked for.
+    pub(crate) fn plan_fetch(&mut self) -> bool {
+        if !self.lanes {
+            return false;
+        }
+        let open: Vec<(usize, usize)> = (0..self.routes.len())
+            .filter(|route| !self.routes[*route].paused)
+            .map(|route| (route, self.room(route)))
+            .collect();
+        let with_records = open
+            .iter()
+            .filter(|(route, _)| self.routes[*route].had_records)
+            .map(|(_, room)| *room)
+            .max();
+        let smallest = open.iter().map(|(_, room)| *room).min().unwrap_or(0);
+        // A lane below its floor is always asked for, so that none starves.
+        let reserve = self.reserve();
+        let below_floor = |route: usize| self.routes[route].active < reserve;
+        let floor_room = open
+            .iter()
+            .filter(|(route, _)| below_floor(*route))
+            .map(|(_, room)| *room)
+            .min();
+        let size = with_records
+            .unwrap_or(smallest)
+            .min(floor_room.unwrap_or(usize::MAX));
+        let skips: Vec<(usize, bool)> = open
+            .iter()
+            .map(|(route, room)| (*route, *room < size && !below_floor(*route)))
+            .collect();
+        let mut changed = false;
+        for (route, skip) in skips {
+            let entry = &mut self.routes[route];
+            changed |= entry.skipped != skip;
+            entry.skipped = skip;
+        }
+        for entry in &mut self.routes {
+            entry.asked = !entry.paused && !entry.skipped;
+        }
+        changed
+    }
+
+    /// Lanes: a fetch that asked for `asked` records came back with `batch`. When it brought
+    /// fewer than asked (the broker had no more to give), a lane it asked for that got none of
+    /// its records is believed empty until a fetch brings it some. Returns whether a route's
+    /// pause changed.
+    pub(crate) fn fetched(&mut self, asked: usize, batch: &[Delivery]) -> bool {
+        if !self.lanes {
+            return false;
+        }
+        let busy_before: Vec<bool> = self.routes.iter().map(RouteEntry::busy).collect();
+        if batch.len() < asked {
+            for entry in &mut self.routes {
+                if entry.asked {
+                    entry.had_records = false;
+                }
+            }
+        }
+        for delivery in batch {
+            if let Some(lookup) = self.by_topic.get(&delivery.id.topic) {
+                self.routes[lookup.route].had_records = true;
+            }
+        }
+        let moved = self
+            .routes
+            .iter()
+            .zip(busy_before)
+            .any(|(entry, before)| entry.busy() != before);
+        moved && self.repause(None)
     }
 
     /// Queues a fetched record for route `route`'s service.
@@ -287,25 +526,36 @@ where
         if self.queued == 0 {
             return Poll::Pending;
         }
-        let n = self.routes.len();
-        for step in 0..n {
-            let i = (self.next + step) % n;
-            let route = &mut self.routes[i];
-            if route.queue.is_empty() {
-                continue;
-            }
-            match route.service.poll_ready(cx) {
-                Poll::Ready(Ok(())) => {
-                    let Some((key, delivery)) = route.queue.pop_front() else {
-                        continue;
-                    };
-                    self.queued -= 1;
-                    self.next = (i + 1) % n;
-                    return Poll::Ready((i, key, delivery));
+        // By priority; within one priority, round-robin from `next`, so no route starves the
+        // others of its rank.
+        let n = self.order.len();
+        let mut start = 0;
+        while start < n {
+            let rank = self.routes[self.order[start]].limits.priority;
+            let end = (start..n)
+                .find(|&at| self.routes[self.order[at]].limits.priority != rank)
+                .unwrap_or(n);
+            let len = end - start;
+            for step in 0..len {
+                let i = self.order[start + self.next.wrapping_add(step) % len];
+                let route = &mut self.routes[i];
+                if route.queue.is_empty() {
+                    continue;
                 }
-                Poll::Ready(Err(never)) => match never {},
-                Poll::Pending => {}
+                match route.service.poll_ready(cx) {
+                    Poll::Ready(Ok(())) => {
+                        let Some((key, delivery)) = route.queue.pop_front() else {
+                            continue;
+                        };
+                        self.queued -= 1;
+                        self.next = self.next.wrapping_add(step + 1);
+                        return Poll::Ready((i, key, delivery));
+                    }
+                    Poll::Ready(Err(never)) => match never {},
+                    Poll::Pending => {}
+                }
             }
+            start = end;
         }
         Poll::Pending
     }
@@ -328,29 +578,271 @@ mod tests {
         routes
     }
 
+    fn delivery(offset: i64) -> Delivery {
+        use crate::source::{DeliveryId, Lease};
+        Delivery {
+            id: DeliveryId {
+                topic: Arc::from("t"),
+                partition: 0,
+                offset,
+                lease: Lease::new(1, 1),
+            },
+            key: None,
+            value: None,
+            headers: Vec::new(),
+            timestamp: 0,
+            delivery_count: 1,
+            lock_duration: Duration::from_secs(30),
+            acquired_at: tokio::time::Instant::now(),
+            undecodable: None,
+        }
+    }
+
+    fn share(routes: &mut Routes<()>, capacity: usize) -> usize {
+        routes.set_capacity(capacity);
+        routes.share(0)
+    }
+
     #[test]
     fn one_route_may_use_every_slot_and_more_routes_keep_a_reserve_each() {
-        assert_eq!(routes(1).share(64), 64);
-        assert_eq!(routes(2).share(64), 56);
-        assert_eq!(routes(4).share(64), 52);
-        assert_eq!(routes(3).share(4), 2);
-        assert_eq!(routes(8).share(4), 1);
+        assert_eq!(share(&mut routes(1), 64), 64);
+        assert_eq!(share(&mut routes(2), 64), 56);
+        assert_eq!(share(&mut routes(4), 64), 52);
+        assert_eq!(share(&mut routes(3), 4), 2);
+        assert_eq!(share(&mut routes(8), 4), 1);
     }
 
     #[test]
     fn a_route_at_its_share_is_paused_and_fetches_leave_room_for_the_others() {
         let mut r = routes(2);
-        let share = r.share(8);
-        assert_eq!((share, r.fetch_room(share)), (7, 7));
+        r.set_capacity(8);
+        assert_eq!((r.share(0), r.fetch_room()), (7, 7));
         for _ in 0..6 {
-            assert_eq!(r.count(0, true, share), None);
+            assert!(!r.count(0, true));
         }
-        assert_eq!(r.fetch_room(share), 1);
-        assert_eq!(r.count(0, true, share), Some(true));
-        assert_eq!(r.fetch_room(share), 7, "t1 has its whole share left");
-        assert_eq!(r.count(1, true, share), None);
-        assert_eq!(r.fetch_room(share), 6);
-        assert_eq!(r.count(0, false, share), Some(false));
-        assert_eq!(r.fetch_room(share), 1);
+        assert_eq!(r.fetch_room(), 1);
+        assert!(r.count(0, true));
+        assert!(r.is_full(0));
+        assert_eq!(r.fetch_room(), 7, "t1 has its whole share left");
+        assert!(!r.count(1, true));
+        assert_eq!(r.fetch_room(), 6);
+        assert!(r.count(0, false));
+        assert!(!r.is_full(0));
+        assert_eq!(r.fetch_room(), 1);
+    }
+
+    fn lanes(lanes: &[(Option<u8>, Option<u32>)], capacity: usize) -> Routes<()> {
+        let mut routes = Routes::default();
+        for (i, (priority, weight)) in lanes.iter().enumerate() {
+            let limits = RouteLimits {
+                priority: *priority,
+                weight: *weight,
+                ..RouteLimits::default()
+            };
+            routes.insert(Arc::from(format!("lane{i}")), (), None, limits);
+        }
+        routes.set_capacity(capacity);
+        found(&mut routes, &[]);
+        routes
+    }
+
+    /// A fetch that asked for more than it got, with one record of each of `lanes`: the lanes it
+    /// asked for and found nothing of are believed empty.
+    fn found(routes: &mut Routes<()>, lanes: &[usize]) {
+        routes.plan_fetch();
+        let batch: Vec<Delivery> = lanes
+            .iter()
+            .map(|lane| {
+                let mut record = delivery(0);
+                record.id.topic = routes.topic(*lane).cloned().unwrap();
+                record
+            })
+            .collect();
+        routes.fetched(usize::MAX, &batch);
+    }
+
+    /// Fills route `route` with `n` records that run.
+    fn run(routes: &mut Routes<()>, route: usize, n: usize) {
+        for _ in 0..n {
+            routes.count(route, true);
+            routes.count_demand(route, true);
+        }
+    }
+
+    #[test]
+    fn a_lower_lane_yields_to_its_floor_while_a_higher_lane_is_busy() {
+        // lane0: priority 0 (one-time passwords), lane1: priority 1 (marketing).
+        let mut r = lanes(&[(Some(0), None), (Some(1), None)], 32);
+        assert_eq!(
+            (r.share(0), r.share(1)),
+            (28, 28),
+            "idle lanes: all but a reserve"
+        );
+        run(&mut r, 1, 28);
+        assert!(r.is_full(1), "marketing at its share");
+        assert_eq!(
+            r.fetch_room(),
+            28,
+            "one-time passwords keep room to be fetched"
+        );
+        run(&mut r, 0, 1);
+        assert_eq!(r.share(1), 4, "marketing yields to its floor");
+        assert!(r.is_full(1));
+        for _ in 0..24 {
+            r.count_demand(1, false);
+            r.count(1, false);
+        }
+        assert!(
+            r.is_full(1),
+            "at its floor it stays paused while the higher lane is busy"
+        );
+        r.count_demand(1, false);
+        r.count(1, false);
+        assert!(
+            !r.is_full(1),
+            "below its floor it is fetched again: never starved"
+        );
+        r.count_demand(0, false);
+        assert_eq!(
+            r.share(1),
+            28,
+            "the higher lane idle: marketing may grow again"
+        );
+        assert_eq!(r.share(0), 28, "a higher lane never yields to a lower one");
+    }
+
+    #[test]
+    fn a_held_record_does_not_make_its_lane_busy() {
+        let mut r = lanes(&[(Some(0), None), (Some(1), None)], 32);
+        r.count(0, true);
+        assert_eq!(
+            r.share(1),
+            28,
+            "a record that waits (a retry's backoff) wants no handler"
+        );
+    }
+
+    #[test]
+    fn busy_weighted_lanes_split_the_slots_by_weight_and_an_idle_one_lends_its_part() {
+        let mut r = lanes(&[(None, Some(3)), (None, Some(1))], 16);
+        assert_eq!(
+            (r.share(0), r.share(1)),
+            (14, 14),
+            "idle, each may use all but a reserve"
+        );
+        run(&mut r, 0, 14);
+        assert!(r.is_full(0));
+        run(&mut r, 1, 1);
+        assert_eq!(
+            (r.share(0), r.share(1)),
+            (12, 4),
+            "3:1 of 16 while both are busy"
+        );
+        assert!(
+            r.is_full(0),
+            "the heavy lane holds more than its part: it is paused"
+        );
+        let lanes_of_one = lanes(&[(None, Some(1)), (None, Some(1000))], 16);
+        assert_eq!(
+            lanes_of_one.share(0),
+            14,
+            "an idle heavy lane takes nothing from a busy light one"
+        );
+        let mut floor = lanes(&[(None, Some(1)), (None, Some(1000))], 16);
+        run(&mut floor, 1, 1);
+        assert_eq!(floor.share(0), 2, "never below the floor");
+    }
+
+    #[test]
+    fn a_lane_whose_last_fetch_brought_records_stays_busy_between_fetches() {
+        let mut r = lanes(&[(Some(0), None), (Some(1), None)], 32);
+        found(&mut r, &[0]);
+        assert_eq!(
+            r.share(1),
+            4,
+            "the passwords' topic has records: marketing yields"
+        );
+        found(&mut r, &[]);
+        assert_eq!(
+            r.share(1),
+            28,
+            "a fetch found none: the passwords' lane is idle"
+        );
+        found(&mut r, &[0]);
+        r.plan_fetch();
+        let mut marketing = delivery(1);
+        marketing.id.topic = Arc::from("lane1");
+        r.fetched(2, &[marketing.clone(), marketing]);
+        assert_eq!(
+            r.share(1),
+            4,
+            "a fetch filled by another lane says nothing of the passwords' topic"
+        );
+        r.set_blocked(0, true);
+        assert_eq!(r.share(1), 28, "a lane paused fleet-wide yields to none");
+    }
+
+    #[test]
+    fn a_fetch_asks_for_the_roomiest_lane_with_records_and_leaves_out_the_fuller_ones() {
+        let mut r = lanes(&[(None, Some(3)), (None, Some(1))], 16);
+        found(&mut r, &[0, 1]);
+        run(&mut r, 0, 6);
+        run(&mut r, 1, 3);
+        // Shares 12 and 4: rooms 6 and 1. Asking for both would fetch one record.
+        assert!(r.plan_fetch());
+        assert!(r.is_skipped(1) && !r.is_skipped(0));
+        assert_eq!(r.fetch_room(), 6);
+        run(&mut r, 0, 6);
+        r.plan_fetch();
+        assert!(
+            !r.is_skipped(1),
+            "the heavy lane full: the light one is asked for"
+        );
+        assert_eq!(r.fetch_room(), 1);
+        // A lane whose last fetch found nothing does not set the size: it is asked for too.
+        let mut idle = lanes(&[(Some(0), None), (Some(1), None)], 32);
+        found(&mut idle, &[1]);
+        run(&mut idle, 1, 25);
+        idle.plan_fetch();
+        assert!(!idle.is_skipped(0) && !idle.is_skipped(1));
+        assert_eq!(idle.fetch_room(), 3);
+        // A lane below its floor is always asked for.
+        let mut floor = lanes(&[(None, Some(1)), (None, Some(1))], 32);
+        found(&mut floor, &[0, 1]);
+        run(&mut floor, 1, 2);
+        floor.plan_fetch();
+        assert!(!floor.is_skipped(1), "below its floor of 4");
+        assert_eq!(floor.fetch_room(), 14);
+    }
+
+    #[test]
+    fn queued_records_of_a_higher_lane_are_taken_first() {
+        use std::task::Waker;
+
+        let mut r: Routes<tower::util::ServiceFn<_>> = Routes::default();
+        let service =
+            || tower::service_fn(|_job: Job| async { Ok::<_, Infallible>(Outcome::Accept) });
+        for (topic, priority) in [("low", 1), ("high", 0)] {
+            let limits = RouteLimits {
+                priority: Some(priority),
+                ..RouteLimits::default()
+            };
+            r.insert(Arc::from(topic), service(), None, limits);
+        }
+        for (offset, route) in [0, 0, 1, 1].into_iter().enumerate() {
+            r.enqueue(
+                route,
+                SlotKey::for_test(offset as u32),
+                delivery(offset as i64),
+            );
+        }
+        let mut cx = Context::from_waker(Waker::noop());
+        let taken: Vec<usize> = (0..4)
+            .map(|_| match r.poll_next_ready(&mut cx) {
+                Poll::Ready((route, _, _)) => route,
+                Poll::Pending => usize::MAX,
+            })
+            .collect();
+        assert_eq!(taken, vec![1, 1, 0, 0]);
     }
 }

@@ -26,6 +26,14 @@ pub(crate) struct SlotKey {
     seq: u32,
 }
 
+#[cfg(test)]
+impl SlotKey {
+    /// A key for tests that hold no slot table.
+    pub(crate) fn for_test(index: u32) -> Self {
+        Self { index, seq: 0 }
+    }
+}
+
 /// One record in flight: its lifecycle state, and what the dispatcher keeps for it.
 #[derive(Debug)]
 pub(crate) struct InFlight {

@@ -65,6 +65,9 @@ where
             self.fetching.not_before = None;
         }
         let leaders = self.fit_leaders();
+        if self.routes.plan_fetch() {
+            self.sync_route_pauses();
+        }
         // Records waiting for their not-before are bounded by `max_held` apart: they never
         // take the room that new work needs.
         let unfinished = self
@@ -81,7 +84,7 @@ where
             limit
                 .saturating_sub(unfinished)
                 .min(free.saturating_sub(unfinished))
-                .min(self.routes.fetch_room(self.route_share))
+                .min(self.routes.fetch_room())
         };
         let concurrency = self.config.concurrency;
         let handler = self.fetching.coalesce.handler_average();
@@ -122,7 +125,9 @@ where
             .config
             .concurrency
             .saturating_add(self.fetching.ahead.most(leaders));
-        self.route_share = self.routes.share(unfinished);
+        if self.routes.set_capacity(unfinished) {
+            self.sync_route_pauses();
+        }
         self.slots.grow(
             unfinished
                 .saturating_mul(3)
@@ -170,6 +175,9 @@ where
         } else {
             self.fetching.not_before = Some(now + self.fetching.empty_pause);
             self.fetching.empty_pause = (self.fetching.empty_pause * 2).min(MAX_EMPTY_FETCH_PAUSE);
+        }
+        if self.routes.fetched(self.fetching.asked as usize, &batch) {
+            self.sync_route_pauses();
         }
         for delivery in batch {
             self.admit(delivery, now);

@@ -194,6 +194,9 @@ where
                 .route_paused(&topic, gate != Gate::Running);
         }
         if paused != paused_before {
+            if self.routes.set_blocked(route, paused) {
+                self.sync_route_pauses();
+            }
             self.sync_route_pause(route);
             self.sync_delay_pause(route);
         }
@@ -272,9 +275,12 @@ where
     }
 
     /// Pauses or resumes route `route`'s topic at the source: paused while the route holds its
-    /// full share of the slots, or while the controls pause it.
+    /// full share of the slots, while the next fetch leaves it out (lanes), or while the
+    /// controls pause it.
     pub(super) fn sync_route_pause(&mut self, route: usize) {
-        let paused = self.routes.is_full(route) || self.control.pauses(route);
+        let paused = self.routes.is_full(route)
+            || self.routes.is_skipped(route)
+            || self.control.pauses(route);
         let (Some(topic), Some(told)) = (
             self.routes.topic(route).cloned(),
             self.control.told.get_mut(route),
@@ -284,6 +290,13 @@ where
         if *told != paused {
             *told = paused;
             self.source.pause(&topic, paused);
+            tracing::debug!(
+                topic = &*topic,
+                paused,
+                share = self.routes.share(route),
+                held = self.routes.active(route),
+                "route's topic paused or resumed at the source"
+            );
         }
     }
 }

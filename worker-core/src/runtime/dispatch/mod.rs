@@ -120,8 +120,6 @@ where
     source: &'a S,
     config: &'a Settings,
     routes: Routes<Svc>,
-    /// How many unfinished records one route may hold (see [`Routes::share`]).
-    route_share: usize,
     /// Every unfinished record and its lifecycle.
     slots: Slots,
     /// What the lifecycle's rules look at, and where a record goes other than its handler.
@@ -280,10 +278,11 @@ where
         // Unfinished records at most: the handlers', and those fetched ahead of them (from one
         // leader until the source reports more: see `fit_leaders`).
         let unfinished = config.concurrency + ahead_per_leader;
+        let mut routes = routes;
+        routes.set_capacity(unfinished);
         Self {
             source,
             config,
-            route_share: routes.share(unfinished),
             routes,
             slots: Slots::new(
                 unfinished

@@ -175,32 +175,34 @@ where
         if let Some((_, false)) = after {
             self.unschedule(key);
         }
-        let (was, is) = (takes_room(Some(before)), takes_room(after.map(|(p, _)| p)));
-        if let Some(route) = route
-            && was != is
-        {
+        let Some(route) = route else {
+            return;
+        };
+        let after = after.map(|(p, _)| p);
+        let (was, is) = (takes_room(Some(before)), takes_room(after));
+        if was != is {
             self.count_route(route, is);
+        }
+        let (wanted, wants) = (wants_handler(Some(before)), wants_handler(after));
+        if wanted != wants && self.routes.count_demand(route, wants) {
+            self.sync_route_pauses();
         }
     }
 
     /// Counts a record of `route` starting or ending to take room, pausing the route's topic at
     /// the source while the route holds its full share of the slots.
     pub(super) fn count_route(&mut self, route: usize, unfinished: bool) {
-        if let Some(pause) = self.routes.count(route, unfinished, self.route_share) {
-            let Some(topic) = self.routes.topic(route).cloned() else {
-                return;
-            };
+        if self.routes.count(route, unfinished) {
+            self.sync_route_pauses();
+        }
+    }
+
+    /// Pauses at the source the topics of the routes that hold their full share, and resumes
+    /// the others.
+    pub(super) fn sync_route_pauses(&mut self) {
+        for route in 0..self.routes.len() {
             self.sync_route_pause(route);
             self.sync_delay_pause(route);
-            if pause {
-                tracing::debug!(
-                    topic = &*topic,
-                    share = self.route_share,
-                    "route full: pausing its topic"
-                );
-            } else {
-                tracing::debug!(topic = &*topic, "route has room again: resuming its topic");
-            }
         }
     }
 
@@ -510,4 +512,13 @@ where
 /// acknowledged, but those waiting for their not-before, which `max_held` bounds apart.
 pub(super) fn takes_room(phase: Option<Phase<Instant>>) -> bool {
     phase.is_some_and(|phase| !matches!(phase, Phase::Acking(_) | Phase::Delayed { .. }))
+}
+
+/// Whether a record in `phase` wants a handler now, which makes its lane busy (see
+/// `Routes::share`): one being admitted, queued or run, not one that waits.
+fn wants_handler(phase: Option<Phase<Instant>>) -> bool {
+    matches!(
+        phase,
+        Some(Phase::Admitting | Phase::Queued | Phase::Running)
+    )
 }
