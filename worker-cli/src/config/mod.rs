@@ -394,7 +394,8 @@ impl Config {
         builder
     }
 
-    /// `section`'s route with `service`: its rates, per-key concurrency, breaker and cool-down.
+    /// `section`'s route with `service`: its rates, per-key concurrency, breaker, cool-down and
+    /// lane.
     pub fn route<T>(&self, section: &RouteSection, service: T) -> Route
     where
         T: Service<Job, Response = Outcome, Error = Infallible> + Send + 'static,
@@ -415,6 +416,12 @@ impl Config {
         }
         if section.cool_down {
             route = route.cool_down();
+        }
+        if let Some(priority) = section.priority {
+            route = route.priority(priority);
+        }
+        if let Some(weight) = section.weight {
+            route = route.weight(weight);
         }
         route
     }

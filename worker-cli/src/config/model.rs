@@ -536,6 +536,15 @@ pub struct RouteSection {
     /// group for that long (needs `[control]`; default false).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cool_down: bool,
+    /// Makes the route a lane of this strict priority (0 first): while a route of a higher
+    /// priority has records, this one holds no more than its floor of the slots (default: not a
+    /// lane).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    /// Makes the route a weighted lane: the busy lanes of one priority split the slots by
+    /// weight, 1 to 1000 (default: not a lane).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
     /// How long one call may take (http, exec; default 30s).
     #[serde(
         default,

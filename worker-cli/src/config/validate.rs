@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::model::{Config, DlqMode, DlqSection, HandlerKind, RECORD_ENV_PREFIX, RouteSection};
 use worker_core::checks::{self, BackoffPart};
 use worker_core::dlq::DlqTopic;
+use worker_core::runtime::Route;
 
 mod listeners;
 mod security;
@@ -283,6 +284,14 @@ fn check_route(route: &RouteSection) -> Result<(), Invalid> {
     )?;
     if route.key_concurrency == Some(0) {
         return Err(bad(&["key-concurrency"], "expected at least 1, found 0"));
+    }
+    if let Some(weight) = route.weight
+        && !(1..=Route::MAX_WEIGHT).contains(&weight)
+    {
+        return Err(bad(
+            &["weight"],
+            format!("expected 1 to {}, found {weight}", Route::MAX_WEIGHT),
+        ));
     }
     if let Some(breaker) = &route.breaker {
         breaker.breaker().check().map_err(|err| {

@@ -237,6 +237,16 @@ impl Dashboard {
                 topics: config.topics().map(str::to_owned).collect(),
                 dlq: dlq.clone(),
                 worker,
+                lanes: config
+                    .routes
+                    .iter()
+                    .filter(|route| route.priority.is_some() || route.weight.is_some())
+                    .map(|route| sampler::Lane {
+                        topic: route.topic.clone(),
+                        priority: route.priority,
+                        weight: route.weight,
+                    })
+                    .collect(),
             },
             every,
             samples.clone(),

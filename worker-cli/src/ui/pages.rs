@@ -137,6 +137,28 @@ pub(crate) fn overview_live(samples: &Samples) -> Markup {
                 }
             }
         }
+        @if !samples.lanes.is_empty() {
+            h2 { "Lanes" }
+            table #lanes {
+                thead { tr { th { "topic" } th.num { "priority" } th.num { "weight" } th.num { "lag" } th.num { "handled/s" } } }
+                tbody {
+                    @for lane in &samples.lanes {
+                        tr {
+                            td { (lane.topic) }
+                            td.num { (optional(lane.priority)) }
+                            td.num { (optional(lane.weight)) }
+                            td.num.lag { (optional(samples.topic_lag(&lane.topic))) }
+                            td.num.rate {
+                                @match samples.handled_per_s.get(&lane.topic) {
+                                    Some(rate) => (format!("{rate:.1}")),
+                                    None => "–",
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
         h2 { "Partitions" }
         table #partitions {
             thead { tr { th { "topic" } th.num { "partition" } th.num { "start offset" } th.num { "lag" } } }
@@ -195,6 +217,10 @@ fn charts(samples: &Samples) -> Markup {
             (chart("chart-dead", "Dead letters written", "/s", &[dead]))
         }
     }
+}
+
+fn optional(v: Option<impl std::fmt::Display>) -> String {
+    v.map_or_else(|| "–".to_owned(), |v| v.to_string())
 }
 
 fn known(v: i64) -> String {

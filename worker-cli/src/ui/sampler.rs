@@ -11,7 +11,7 @@
 //!   [`WorkerHealth`] counts and its handler-duration histogram. A standalone `share-worker ui`
 //!   has no worker in its process and shows no such series.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -20,6 +20,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use worker_core::kafka::{Admin, PartitionOffsets, ShareGroupDescription};
 use worker_core::runtime::WorkerHealth;
 use worker_core::security::Security;
+use worker_core::telemetry::names;
 
 use super::dlq_index::DlqIndex;
 
@@ -49,6 +50,14 @@ pub(crate) struct Point {
     pub(crate) p99_ms: Option<f64>,
 }
 
+/// A route that is a lane (has a priority or a weight), as configured.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Lane {
+    pub(crate) topic: String,
+    pub(crate) priority: Option<u8>,
+    pub(crate) weight: Option<u32>,
+}
+
 /// The last sample of the group and the chart history.
 #[derive(Debug, Default)]
 pub(crate) struct Samples {
@@ -59,11 +68,27 @@ pub(crate) struct Samples {
     pub(crate) history: VecDeque<Point>,
     /// Whether a worker runs in this process (the embedded `/ui`).
     pub(crate) embedded: bool,
+    /// The routes that are lanes.
+    pub(crate) lanes: Vec<Lane>,
+    /// Records handled per second by this process's worker, per topic, between the last two
+    /// samples (embedded only).
+    pub(crate) handled_per_s: BTreeMap<String, f64>,
 }
 
 impl Samples {
     pub(crate) fn total_lag(&self) -> Option<i64> {
         total_lag(&self.offsets)
+    }
+
+    /// `topic`'s lag: the sum over its partitions whose lag is known.
+    pub(crate) fn topic_lag(&self, topic: &str) -> Option<i64> {
+        let of_topic: Vec<PartitionOffsets> = self
+            .offsets
+            .iter()
+            .filter(|p| p.topic == topic)
+            .cloned()
+            .collect();
+        total_lag(&of_topic)
     }
 }
 
@@ -81,6 +106,8 @@ struct Raw {
     processed: u64,
     retried: u64,
     buckets: Vec<(f64, u64)>,
+    /// Records handled per topic.
+    by_topic: BTreeMap<String, u64>,
 }
 
 /// What the sampler asks.
@@ -91,6 +118,7 @@ pub(crate) struct Sources {
     pub(crate) topics: Vec<String>,
     pub(crate) dlq: Arc<Vec<DlqIndex>>,
     pub(crate) worker: Option<WorkerView>,
+    pub(crate) lanes: Vec<Lane>,
 }
 
 /// Samples every `every` into `samples` until aborted.
@@ -99,10 +127,11 @@ pub(crate) fn spawn(
     every: Duration,
     samples: Arc<Mutex<Samples>>,
 ) -> JoinHandle<()> {
-    samples
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .embedded = sources.worker.is_some();
+    {
+        let mut samples = samples.lock().unwrap_or_else(PoisonError::into_inner);
+        samples.embedded = sources.worker.is_some();
+        samples.lanes = sources.lanes.clone();
+    }
     tokio::spawn(async move {
         let mut admin: Option<Admin> = None;
         let mut raw = Raw::default();
@@ -135,8 +164,10 @@ pub(crate) fn spawn(
                 ..worker_counts(sources.worker.as_ref())
             };
             let point = point(&raw, &next, sources.worker.is_some());
+            let handled_per_s = topic_rates(&raw, &next);
             raw = next;
             let mut samples = lock(&samples);
+            samples.handled_per_s = handled_per_s;
             match described {
                 Ok(group) => samples.group = Some(Ok(group)),
                 Err(err) => {
@@ -187,8 +218,50 @@ fn worker_counts(worker: Option<&WorkerView>) -> Raw {
         processed,
         retried,
         buckets,
+        by_topic: handled_by_topic(&worker.registry),
         ..Raw::default()
     }
+}
+
+/// The handler-duration histogram's count per `topic` label.
+fn handled_by_topic(registry: &prometheus::Registry) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for family in registry.gather() {
+        if family.name() != HANDLER_DURATION {
+            continue;
+        }
+        for metric in family.get_metric() {
+            let Some(topic) = metric
+                .get_label()
+                .iter()
+                .find(|label| label.name() == names::TOPIC)
+            else {
+                continue;
+            };
+            *counts.entry(topic.value().to_owned()).or_default() +=
+                metric.get_histogram().get_sample_count();
+        }
+    }
+    counts
+}
+
+/// Records handled per second per topic between two samples.
+fn topic_rates(before: &Raw, now: &Raw) -> BTreeMap<String, f64> {
+    let Some(secs) = before
+        .at
+        .zip(now.at)
+        .map(|(a, b)| b.duration_since(a).as_secs_f64())
+        .filter(|s| *s > 0.0)
+    else {
+        return BTreeMap::new();
+    };
+    now.by_topic
+        .iter()
+        .map(|(topic, count)| {
+            let old = before.by_topic.get(topic).copied().unwrap_or(0);
+            (topic.clone(), count.saturating_sub(old) as f64 / secs)
+        })
+        .collect()
 }
 
 /// The handler-duration histogram summed over its series: (upper bound, cumulative count), the
@@ -314,6 +387,7 @@ mod tests {
             processed: 100,
             retried: 5,
             buckets: vec![(0.1, 100), (f64::INFINITY, 100)],
+            by_topic: BTreeMap::from([("otp".to_owned(), 10), ("marketing".to_owned(), 90)]),
         };
         let now = Raw {
             at: Some(start + Duration::from_secs(2)),
@@ -321,7 +395,12 @@ mod tests {
             processed: 300,
             retried: 9,
             buckets: vec![(0.1, 200), (f64::INFINITY, 300)],
+            by_topic: BTreeMap::from([("otp".to_owned(), 50), ("marketing".to_owned(), 250)]),
         };
+        assert_eq!(
+            topic_rates(&before, &now),
+            BTreeMap::from([("marketing".to_owned(), 80.0), ("otp".to_owned(), 20.0)])
+        );
         let point = point(&before, &now, true);
         assert_eq!(point.processed_per_s, Some(100.0));
         assert_eq!(point.retried_per_s, Some(2.0));

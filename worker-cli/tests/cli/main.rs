@@ -14,6 +14,7 @@ mod handlers;
 mod https;
 mod image;
 mod jobs;
+mod lanes;
 mod mounted;
 mod rates;
 mod replay;

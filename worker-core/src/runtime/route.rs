@@ -15,10 +15,6 @@ use super::routes::RouteLimits;
 use crate::handler::JobDefinition;
 use crate::{Error, ErrorKind, Job, Outcome, Result};
 
-/// The largest lane weight: enough for any split a person means, small enough that no product of
-/// weights and slots overflows.
-const MAX_WEIGHT: u32 = 1000;
-
 /// One route of a [`Worker`](super::Worker): the records of `topic` go to `service`, with this
 /// route's own job timeout and limits. Add it with
 /// [`WorkerBuilder::add_route`](super::WorkerBuilder::add_route).
@@ -44,6 +40,10 @@ pub struct Route {
 }
 
 impl Route {
+    /// The largest lane [`weight`](Self::weight): enough for any split a person means, small
+    /// enough that no sum of weights times slots overflows.
+    pub const MAX_WEIGHT: u32 = 1000;
+
     /// Runs `service` for every record of `topic`.
     ///
     /// A service is any tower [`Service`] from [`Job`] to [`Outcome`] that cannot fail: every
@@ -159,7 +159,7 @@ impl Route {
     /// Makes the route a weighted lane: the weighted lanes of one priority that have records
     /// wanting a handler split the slots by weight (3 and 1: three quarters and one quarter),
     /// never below the floor (see [`priority`](Self::priority)); a lane with nothing to do lends
-    /// its part to the others. 1 to 1,000.
+    /// its part to the others. 1 to [`MAX_WEIGHT`](Self::MAX_WEIGHT).
     pub fn weight(mut self, weight: u32) -> Self {
         self.limits.weight = Some(weight);
         self
@@ -180,9 +180,9 @@ impl Route {
         if self
             .limits
             .weight
-            .is_some_and(|w| !(1..=MAX_WEIGHT).contains(&w))
+            .is_some_and(|w| !(1..=Self::MAX_WEIGHT).contains(&w))
         {
-            return bad("weight", "expected 1 to 1000");
+            return bad("weight", &format!("expected 1 to {}", Self::MAX_WEIGHT));
         }
         if self.limits.key_concurrency == Some(0) {
             return bad("key_concurrency", "expected at least 1");

@@ -813,6 +813,11 @@ fn rate_limits_key_concurrency_and_delay_topics_are_read() {
         "the keys left out are the library's defaults"
     );
     assert!(guarded.routes[0].cool_down);
+    let lanes = parse(&(MINIMAL.to_owned() + "priority = 0\nweight = 3\n")).unwrap();
+    assert_eq!(
+        (lanes.routes[0].priority, lanes.routes[0].weight),
+        (Some(0), Some(3))
+    );
     let per_group =
         parse(&(MINIMAL.to_owned() + "[delay]\ntopic = \"{topic}.{group}.delay\"\n")).unwrap();
     assert_eq!(per_group.delay_topics(), ["t.g.delay"]);
@@ -847,6 +852,18 @@ fn broken_limits_and_delays_name_the_key_and_the_line() {
             "route[0].key-concurrency",
             11,
             "expected at least 1",
+        ),
+        (
+            route("weight = 0\n"),
+            "route[0].weight",
+            11,
+            "expected 1 to 1000, found 0",
+        ),
+        (
+            route("priority = 256\n"),
+            "route[0].priority",
+            11,
+            "expected u8",
         ),
         (
             route("[delay]\ntopic = \"delays\"\n"),
