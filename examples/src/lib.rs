@@ -28,6 +28,8 @@ mod docs {
     struct Observability;
     #[doc = include_str!("../../docs/control.md")]
     struct Control;
+    #[doc = include_str!("../../docs/lanes.md")]
+    struct Lanes;
 }
 
 pub mod secured;

@@ -1,14 +1,16 @@
 //! An SMS sender: a `#[handler]` fn with a JSON payload and a gateway in its state, and the
 //! producing side: [`enqueue_demo`] enqueues its jobs with the typed enqueue `#[handler]`
 //! generates (`send_sms::enqueue_with`), keyed by phone number so that the worker's
-//! `rate-per-key` (one message per second per number) and delayed sends go by it.
+//! `rate-per-key` (one message per second per number) and delayed sends go by it. [`sms_lanes`]
+//! sends one-time passwords ahead of marketing messages through the same handler.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use worker_core::handler::{JobError, Json, Meta, State, handler};
+use worker_core::Route;
+use worker_core::handler::{JobDefinition, JobError, Json, Meta, State, handler};
 use worker_core::produce::{EnqueueOptions, JobProducer};
 
 /// The job payload: one text message.
@@ -107,6 +109,17 @@ pub async fn send_sms(
             Err(JobError::permanent(format!("invalid number {number:?}")))
         }
     }
+}
+
+/// One-time passwords and marketing messages through one gateway, as lanes of one handler: the
+/// passwords' topic has priority 0, so while it has messages the marketing lane keeps only its
+/// floor of the worker's slots, and a password never waits behind a marketing blast.
+pub fn sms_lanes(gateway: &FakeGateway, passwords: &str, marketing: &str) -> [Route; 2] {
+    let sender = send_sms.into_service(gateway.clone());
+    [
+        Route::new(passwords, sender.clone()).priority(0),
+        Route::new(marketing, sender).priority(1),
+    ]
 }
 
 /// One demo job: a message, or (to show the dead-letter path) a payload that is not JSON.

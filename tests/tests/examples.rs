@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use examples::demo_backoff;
-use examples::sms::{DemoJob, FakeGateway, demo_jobs, enqueue_demo, is_valid_number, send_sms};
+use examples::sms::{
+    DemoJob, FakeGateway, Sms, demo_jobs, enqueue_demo, is_valid_number, send_sms, sms_lanes,
+};
 use examples::webhook::{Event, FakeEndpoints, service};
 use rdkafka::Message;
 use rdkafka::message::Headers;
@@ -55,6 +57,79 @@ async fn dead_letters(topic: &str, expected: usize) -> anyhow::Result<BTreeSet<(
             ))
         })
         .collect()
+}
+
+/// The SMS lanes: a marketing blast is being sent when one-time passwords arrive; every password
+/// is sent while most of the blast still waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_time_passwords_are_sent_ahead_of_a_marketing_blast() -> anyhow::Result<()> {
+    let blast: Vec<String> = (0..600)
+        .map(|i| {
+            let sms = Sms {
+                to: format!("+4915{i:08}"),
+                text: "spring sale".into(),
+            };
+            serde_json::to_string(&sms)
+        })
+        .collect::<Result<_, _>>()?;
+    let (admin, marketing, group) = prepared("sms-marketing", &blast).await?;
+    let passwords = unique("sms-otp");
+    admin.create_topic(&passwords, 1, 1).await?;
+    let gateway = FakeGateway::new(Duration::from_millis(20), Duration::from_millis(300));
+    let source = KafkaSource::builder(tests::bootstrap(), &group)
+        .topic(&marketing)
+        .topic(&passwords)
+        .build()
+        .await?;
+    let [otp, bulk] = sms_lanes(&gateway, &passwords, &marketing);
+    let worker = Worker::builder(source)
+        .add_route(otp)
+        .add_route(bulk)
+        .concurrency(8)
+        .build()?;
+    let shutdown = worker.shutdown_handle();
+    let running = tokio::spawn(worker.run());
+    tests::wait_for(
+        "the blast to be sending",
+        Duration::from_secs(30),
+        async || Ok(gateway.sent().len() >= 50),
+    )
+    .await?;
+    let codes: Vec<String> = (0..20)
+        .map(|i| {
+            let sms = Sms {
+                to: format!("+4917{i:08}"),
+                text: format!("your code is {i:06}"),
+            };
+            serde_json::to_string(&sms)
+        })
+        .collect::<Result<_, _>>()?;
+    produce(&producer(&[])?, &passwords, Some(0), &codes).await?;
+    tests::wait_for(
+        "every password to be sent",
+        Duration::from_secs(30),
+        async || {
+            Ok(gateway
+                .sent()
+                .iter()
+                .filter(|sms| sms.text.starts_with("your code"))
+                .count()
+                == 20)
+        },
+    )
+    .await?;
+    let blast_sent = gateway
+        .sent()
+        .iter()
+        .filter(|sms| sms.text == "spring sale")
+        .count();
+    shutdown.shutdown();
+    running.await??;
+    assert!(
+        blast_sent < 400,
+        "{blast_sent} of the 600 marketing messages went before the last password"
+    );
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

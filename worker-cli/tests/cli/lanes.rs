@@ -58,8 +58,10 @@ async fn lanes_are_configured_per_route_and_shown_on_the_dashboard() {
                 .and_then(|cells| cells.get(4)?.parse::<f64>().ok())
                 .unwrap_or(0.0)
         };
-        if rate(&rows.0) > 0.0 && rows.1.is_some() {
-            break (rows.0.unwrap(), rows.1.unwrap());
+        if rate(&rows.0) > 0.0
+            && let (Some(marketing_row), Some(otp_row)) = rows
+        {
+            break (marketing_row, otp_row);
         }
         assert!(
             tokio::time::Instant::now() < deadline,

@@ -69,7 +69,8 @@ impl EnqueueOptions {
     }
 
     /// Writes to `topic` instead: a job routed on another topic than its default one (a test's,
-    /// a tenant's).
+    /// a tenant's, or a [lane](crate::runtime::Route::priority)'s: picking the topic picks the
+    /// lane).
     pub fn topic(mut self, topic: impl Into<String>) -> Self {
         self.topic = Some(topic.into());
         self
