@@ -86,7 +86,9 @@ pub use error::{Error, ErrorKind, Result};
 struct ReadmeExamples;
 pub use job::Job;
 pub use outcome::Outcome;
-pub use runtime::{Breaker, RateLimit, Route, ShutdownHandle, Summary, Worker, WorkerBuilder};
+pub use runtime::{
+    Batch, Breaker, RateLimit, Route, ShutdownHandle, Summary, Worker, WorkerBuilder,
+};
 
 /// Turns an `async fn` into a job definition with a name and a default topic.
 ///

@@ -294,6 +294,7 @@ impl<S: ShareSource> WorkerBuilder<S> {
     pub fn build(self) -> Result<Worker<S>> {
         self.config.validate()?;
         let mut routes = Routes::default();
+        let mut batches = Vec::new();
         for route in self.routes {
             route.check()?;
             if self.config.controls.is_none()
@@ -313,6 +314,7 @@ impl<S: ShareSource> WorkerBuilder<S> {
                 ));
             }
             let topic = route.topic.clone();
+            batches.extend(route.batch.map(|(_, stats)| stats));
             if !routes.insert(route.topic, route.service, route.timeout, route.limits) {
                 return Err(Error::new(
                     ErrorKind::Config,
@@ -341,6 +343,7 @@ impl<S: ShareSource> WorkerBuilder<S> {
             config,
             shutdown: ShutdownHandle::new(),
             health: super::WorkerHealth::new(),
+            batches,
             meter: self
                 .meter
                 .unwrap_or_else(|| opentelemetry::global::meter(crate::telemetry::METER_NAME)),

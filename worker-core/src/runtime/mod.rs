@@ -93,6 +93,7 @@
 //! # }
 //! ```
 
+mod batch;
 mod breaker;
 mod builder;
 mod deadlines;
@@ -119,6 +120,7 @@ mod writes;
 mod tests;
 
 use std::fmt;
+use std::sync::Arc;
 
 use opentelemetry::metrics::Meter;
 
@@ -126,6 +128,7 @@ use crate::Result;
 use crate::source::ShareSource;
 use crate::telemetry::metrics::Metrics;
 
+pub use batch::Batch;
 pub use breaker::{Breaker, PROBE_CALLS};
 pub use builder::WorkerBuilder;
 pub use health::{PROGRESS_EVERY, WorkerHealth, WorkerProgress};
@@ -147,6 +150,8 @@ pub struct Worker<S> {
     shutdown: ShutdownHandle,
     health: WorkerHealth,
     meter: Meter,
+    /// The batch routes' counts.
+    batches: Vec<Arc<batch::BatchStats>>,
 }
 
 impl<S: ShareSource> Worker<S> {
@@ -184,6 +189,7 @@ impl<S: ShareSource> Worker<S> {
             shutdown,
             health,
             meter,
+            batches,
         } = self;
         let limit = match startup::probe(&source, &config, &routes).await {
             Ok(found) => {
@@ -204,6 +210,9 @@ impl<S: ShareSource> Worker<S> {
             );
         }
         let metrics = Metrics::new(&meter, routes.topics());
+        for stats in &batches {
+            stats.attach(&meter);
+        }
         let _control_commands = config.controls.as_ref().map(|controls| {
             let counts = controls.command_counts();
             meter
@@ -231,7 +240,11 @@ impl<S: ShareSource> Worker<S> {
             metrics,
             health,
         );
-        let (summary, fatal) = dispatcher.run().await;
+        let (mut summary, fatal) = dispatcher.run().await;
+        for (calls, failed) in batches.iter().map(|stats| stats.counts()) {
+            summary.batches += calls;
+            summary.failed_batches += failed;
+        }
         let closed = source.close().await;
         tracing::info!(?summary, "worker stopped");
         if let Some(err) = fatal {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tower::Service;
 use tower::util::BoxService;
 
+use super::batch::{Batch, BatchStats, Batcher};
 use super::builder::RouteService;
 use super::rate::RateLimit;
 use super::routes::RouteLimits;
@@ -37,6 +38,8 @@ pub struct Route {
     pub(super) service: RouteService,
     pub(super) timeout: Option<Duration>,
     pub(super) limits: RouteLimits,
+    /// A batch route's batching and what it did.
+    pub(super) batch: Option<(Batch, Arc<BatchStats>)>,
 }
 
 impl Route {
@@ -61,7 +64,46 @@ impl Route {
             service: BoxService::new(service),
             timeout: None,
             limits: RouteLimits::default(),
+            batch: None,
         }
+    }
+
+    /// Runs `service` for batches of the records of `topic`: a bulk API (batched e-mail sends,
+    /// multicast push, bulk SMS) called once for up to `batch.max` records. The service answers
+    /// one outcome per job, in the order of the jobs; each record is then accepted, retried,
+    /// held or dead-lettered on its own, as a single handler's would be. An answer with a
+    /// missing or extra outcome, or a panic, retries every record of the batch with that reason
+    /// (never a silent accept).
+    ///
+    /// Each record holds its slot, counts against the rate limits and has its lock renewed while
+    /// it waits for its batch and while the batch runs; the route's job timeout counts from when
+    /// it joined its batch. A batch whose records all ran out of time is dropped, as a single
+    /// handler is.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use tower::service_fn;
+    /// use worker_core::runtime::{Batch, Route};
+    /// use worker_core::{Job, Outcome};
+    ///
+    /// let bulk_email = service_fn(|jobs: Vec<Job>| async move {
+    ///     // One call to the provider's bulk endpoint for every job of the batch.
+    ///     Ok::<_, Infallible>(jobs.iter().map(|_| Outcome::Accept).collect::<Vec<_>>())
+    /// });
+    /// let emails = Route::batched("emails", Batch::new(100, Duration::from_millis(200)), bulk_email);
+    /// assert_eq!(emails.topic(), "emails");
+    /// ```
+    pub fn batched<T>(topic: impl Into<Arc<str>>, batch: Batch, service: T) -> Self
+    where
+        T: Service<Vec<Job>, Response = Vec<Outcome>, Error = Infallible> + Clone + Send + 'static,
+        T::Future: Send + 'static,
+    {
+        let topic: Arc<str> = topic.into();
+        let stats = Arc::new(BatchStats::new(topic.clone()));
+        let mut route = Self::new(topic, Batcher::new(service, batch, stats.clone()));
+        route.batch = Some((batch, stats));
+        route
     }
 
     /// A job definition (a `#[handler]` fn, or [`define_job`](crate::handler::define_job)) on
@@ -177,6 +219,14 @@ impl Route {
         if self.timeout.is_some_and(|t| t.is_zero()) {
             return bad("timeout", "expected a timeout above 0");
         }
+        if let Some((batch, _)) = &self.batch {
+            batch.check().map_err(|err| {
+                Error::new(
+                    ErrorKind::Config,
+                    format!("route `{topic}`: {}", err.message()),
+                )
+            })?;
+        }
         if self
             .limits
             .weight
@@ -219,6 +269,7 @@ impl fmt::Debug for Route {
             .field("topic", &self.topic)
             .field("timeout", &self.timeout)
             .field("limits", &self.limits)
+            .field("batch", &self.batch.as_ref().map(|(batch, _)| batch))
             .finish_non_exhaustive()
     }
 }

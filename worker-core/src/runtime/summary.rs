@@ -79,6 +79,11 @@ pub struct Summary {
     /// Times the dispatcher's loop ran late enough to endanger locks (something blocked every
     /// runtime thread).
     pub dispatcher_stalls: u64,
+    /// Calls of batch handlers ([`Route::batched`](super::Route::batched)).
+    pub batches: u64,
+    /// Batch handler calls that panicked or answered a wrong number of outcomes: every record of
+    /// each was retried.
+    pub failed_batches: u64,
 }
 
 /// Dead-lettered records by [`DlqReason`].

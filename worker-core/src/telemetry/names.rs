@@ -66,6 +66,8 @@ pub const GROUP_LAG: &str = "share_worker.group.lag";
 pub const ROUTE_PAUSED: &str = "share_worker.route.paused";
 /// Commands read from the control topic (counter; `result`: `obeyed`, `refused`).
 pub const CONTROL_COMMANDS: &str = "share_worker.control.commands";
+/// Records per call of a batch handler (histogram; `topic`).
+pub const BATCH_SIZE: &str = "share_worker.batch.size";
 
 /// Attribute: the record's topic (= its route).
 pub const TOPIC: &str = "topic";
@@ -87,7 +89,7 @@ pub const PARTITION: &str = "partition";
 pub const LIMIT: &str = "limit";
 
 /// Every metric the worker and [`LagMonitor`](super::LagMonitor) record, in the order above.
-pub const ALL: [&str; 25] = [
+pub const ALL: [&str; 26] = [
     RECORDS_FETCHED,
     RECORDS_COMPLETED,
     HANDLER_DURATION,
@@ -113,4 +115,5 @@ pub const ALL: [&str; 25] = [
     GROUP_LAG,
     ROUTE_PAUSED,
     CONTROL_COMMANDS,
+    BATCH_SIZE,
 ];
