@@ -61,7 +61,11 @@ impl Batch {
         if !(1..=Self::MAX).contains(&self.max) {
             return Err(Error::new(
                 ErrorKind::Config,
-                format!("`batch.max`: expected 1 to {}, found {}", Self::MAX, self.max),
+                format!(
+                    "`batch.max`: expected 1 to {}, found {}",
+                    Self::MAX,
+                    self.max
+                ),
             ));
         }
         Ok(())
@@ -97,7 +101,9 @@ impl BatchStats {
                 .u64_histogram(crate::telemetry::names::BATCH_SIZE)
                 .with_description("Records per call of a batch handler.")
                 .with_unit("{record}")
-                .with_boundaries(vec![1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0])
+                .with_boundaries(vec![
+                    1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0,
+                ])
                 .build(),
         );
     }
@@ -198,7 +204,10 @@ where
                 "the batch handler answered {} outcomes for a batch of {size} records",
                 outcomes.len()
             );
-            tracing::warn!(topic = &*stats.topic, "{reason}: retrying every record of it");
+            tracing::warn!(
+                topic = &*stats.topic,
+                "{reason}: retrying every record of it"
+            );
             vec![Outcome::retry(reason); size]
         }
         Ok(Err(never)) => match never {},
@@ -234,11 +243,14 @@ where
             let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
             pending.generation = pending.generation.wrapping_add(1);
             let generation = pending.generation;
-            let filling = pending.filling.entry(key.clone()).or_insert_with(|| Filling {
-                jobs: Vec::with_capacity(self.batch.max.min(64)),
-                replies: Vec::new(),
-                generation,
-            });
+            let filling = pending
+                .filling
+                .entry(key.clone())
+                .or_insert_with(|| Filling {
+                    jobs: Vec::with_capacity(self.batch.max.min(64)),
+                    replies: Vec::new(),
+                    generation,
+                });
             filling.jobs.push(job);
             filling.replies.push(reply);
             let first = (filling.jobs.len() == 1).then_some(filling.generation);

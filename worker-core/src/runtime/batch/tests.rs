@@ -107,7 +107,10 @@ async fn a_batch_that_does_not_fill_goes_when_its_linger_has_passed() {
     tokio::time::sleep(Duration::from_millis(150)).await;
     let second = batcher.call(job(1, None));
     let (first, second) = tokio::join!(first, second);
-    assert_eq!((first.unwrap(), second.unwrap()), (Outcome::Accept, Outcome::Accept));
+    assert_eq!(
+        (first.unwrap(), second.unwrap()),
+        (Outcome::Accept, Outcome::Accept)
+    );
     assert_eq!(
         started.elapsed(),
         Duration::from_millis(200),
@@ -128,8 +131,7 @@ async fn an_answer_of_the_wrong_length_or_a_panic_retries_every_record_saying_wh
         bulk(&calls, |o| vec![Outcome::Accept; o.len() - 1]),
         Batch::new(3, Duration::from_secs(1)),
     );
-    let outcomes =
-        futures::future::join_all((0..3).map(|i| short.call(job(i, None)))).await;
+    let outcomes = futures::future::join_all((0..3).map(|i| short.call(job(i, None)))).await;
     for outcome in outcomes {
         assert_eq!(
             outcome.unwrap(),
@@ -146,8 +148,7 @@ async fn an_answer_of_the_wrong_length_or_a_panic_retries_every_record_saying_wh
         }),
         Batch::new(2, Duration::from_secs(1)),
     );
-    let outcomes =
-        futures::future::join_all((0..2).map(|i| panicking.call(job(i, None)))).await;
+    let outcomes = futures::future::join_all((0..2).map(|i| panicking.call(job(i, None)))).await;
     for outcome in outcomes {
         assert_eq!(
             outcome.unwrap(),
@@ -199,10 +200,14 @@ async fn a_batch_whose_records_all_gave_up_is_dropped() {
     );
     let waiting = [batcher.call(job(0, None)), batcher.call(job(1, None))];
     // The job timeout drops the records' futures.
-    let timed_out = tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(waiting)).await;
+    let timed_out =
+        tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(waiting)).await;
     assert!(timed_out.is_err());
     tokio::time::sleep(Duration::from_millis(1)).await;
-    assert!(dropped.load(Ordering::SeqCst), "the batch call was dropped with its records");
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the batch call was dropped with its records"
+    );
 }
 
 #[test]
