@@ -18,7 +18,7 @@ use worker_core::telemetry::LagMonitor;
 use worker_core::{ShutdownHandle, Worker};
 
 use crate::activity::Activity;
-use crate::handlers;
+use crate::handlers::{self, RouteServices};
 use crate::otel::Otel;
 use crate::report::{self, Reporter};
 use crate::stats::Stats;
@@ -120,7 +120,16 @@ pub(crate) async fn run(
         builder = builder.fleet(fleet);
     }
     for (section, handler) in routes {
-        builder = builder.add_route(config.route(section, handler.into_service(activity.clone())));
+        let route = match (handler.into_services(activity.clone()), &section.batch) {
+            (RouteServices::Batch(service), Some(batch)) => {
+                config.batched_route(section, batch, service)
+            }
+            (RouteServices::Single(service), _) => config.route(section, service),
+            (RouteServices::Batch(_), None) => {
+                anyhow::bail!("route {}: a batch handler without `batch`", section.topic)
+            }
+        };
+        builder = builder.add_route(route);
     }
     let worker = builder.build()?;
     if let Some(telemetry) = &telemetry {

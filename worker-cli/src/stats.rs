@@ -53,6 +53,8 @@ pub(crate) struct Stats {
     possible_duplicates: u64,
     /// Fetches that failed.
     fetch_errors: u64,
+    /// Requests of batch routes.
+    batches: u64,
     /// Seconds from the first handler call to the end of the last.
     busy_s: f64,
     /// Handler calls per busy second.
@@ -90,6 +92,7 @@ impl Stats {
             cancelled: summary.cancelled,
             possible_duplicates: summary.possible_duplicates,
             fetch_errors: summary.fetch_errors,
+            batches: summary.batches,
             busy_s,
             rate_per_s: if busy_s > 0.0 {
                 processed as f64 / busy_s

@@ -74,11 +74,11 @@ use worker_core::{Error, ErrorKind, Job, Outcome, Result, WorkerBuilder};
 pub use env::ENV_PREFIX;
 pub use error::ConfigError;
 pub use model::{
-    BreakerSection, Config, ControlSection, DEFAULT_DLQ_TOPIC, DEFAULT_ENV_PASS,
-    DEFAULT_ROUTE_TIMEOUT, DelaySection, DlqMode, DlqSection, HandlerKind, KafkaSection, LogFormat,
-    MIN_UI_TOKEN_CHARS, OauthSection, OffsetReset, OnRedirect, OnUnreadable, RECORD_ENV_PREFIX,
-    RetrySection, RouteSection, SaslMechanism, SaslSection, TelemetrySection, TlsSection,
-    UiSection, WorkerSection,
+    BatchFormat, BatchSection, BreakerSection, Config, ControlSection, DEFAULT_DLQ_TOPIC,
+    DEFAULT_ENV_PASS, DEFAULT_ROUTE_TIMEOUT, DelaySection, DlqMode, DlqSection, HandlerKind,
+    KafkaSection, LogFormat, MIN_UI_TOKEN_CHARS, OauthSection, OffsetReset, OnRedirect,
+    OnUnreadable, RECORD_ENV_PREFIX, RetrySection, RouteSection, SaslMechanism, SaslSection,
+    TelemetrySection, TlsSection, UiSection, WorkerSection,
 };
 
 use env::EnvOverride;
@@ -394,14 +394,33 @@ impl Config {
         builder
     }
 
-    /// `section`'s route with `service`: its rates, per-key concurrency, breaker, cool-down and
-    /// lane.
+    /// `section`'s route with `service`, with its settings (see [`Config::configure_route`]).
     pub fn route<T>(&self, section: &RouteSection, service: T) -> Route
     where
         T: Service<Job, Response = Outcome, Error = Infallible> + Send + 'static,
         T::Future: Send + 'static,
     {
-        let mut route = Route::new(section.topic.as_str(), service);
+        self.configure_route(section, Route::new(section.topic.as_str(), service))
+    }
+
+    /// `section`'s batch route (its `batch` table) with the batch service `service`, with its
+    /// settings (see [`Config::configure_route`]).
+    pub fn batched_route<T>(
+        &self,
+        section: &RouteSection,
+        batch: &BatchSection,
+        service: T,
+    ) -> Route
+    where
+        T: Service<Vec<Job>, Response = Vec<Outcome>, Error = Infallible> + Clone + Send + 'static,
+        T::Future: Send + 'static,
+    {
+        let route = Route::batched(section.topic.as_str(), batch.batch(), service);
+        self.configure_route(section, route)
+    }
+
+    /// `route` with `section`'s rates, per-key concurrency, breaker, cool-down and lane.
+    pub fn configure_route(&self, section: &RouteSection, mut route: Route) -> Route {
         if let Some(rate) = section.rate {
             route = route.rate_limit(with_burst(rate, section.burst));
         }

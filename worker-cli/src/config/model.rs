@@ -545,6 +545,10 @@ pub struct RouteSection {
     /// weight, 1 to 1000 (default: not a lane).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
+    /// http: send the records in batches, one request per batch, and read one result per record
+    /// from the answer (default: one request per record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<BatchSection>,
     /// How long one call may take (http, exec; default 30s).
     #[serde(
         default,
@@ -590,6 +594,46 @@ pub struct RouteSection {
         skip_serializing_if = "Option::is_none"
     )]
     pub delay: Option<Duration>,
+}
+
+/// A route's `batch = { max = 100, linger = "200ms", format = "json" }`.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct BatchSection {
+    /// The most records per request. Required.
+    pub max: usize,
+    /// How long a batch waits to fill after its first record (default 200ms).
+    #[serde(default = "default_linger", with = "duration")]
+    pub linger: Duration,
+    /// How the request body carries the payloads (default `json`).
+    #[serde(default)]
+    pub format: BatchFormat,
+    /// One batch per record key (default false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_key: bool,
+}
+
+impl BatchSection {
+    /// The library's batching these settings describe.
+    pub fn batch(&self) -> worker_core::Batch {
+        let batch = worker_core::Batch::new(self.max, self.linger);
+        if self.by_key { batch.by_key() } else { batch }
+    }
+}
+
+fn default_linger() -> Duration {
+    Duration::from_millis(200)
+}
+
+/// How a batch request carries its payloads (each one JSON value).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BatchFormat {
+    /// A JSON array of the payloads (`Content-Type: application/json`).
+    #[default]
+    Json,
+    /// One payload per line (`Content-Type: application/x-ndjson`).
+    Ndjson,
 }
 
 /// A route's `breaker = { failure-ratio = 0.5, min-calls = 20, window = "30s", open-for = "30s" }`.

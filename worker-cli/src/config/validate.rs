@@ -144,6 +144,17 @@ pub(crate) fn check(config: &Config) -> Result<(), Invalid> {
                 "pauses the route for the whole group through the control topic: add a [control] table",
             ));
         }
+        if let Some(batch) = &route.batch
+            && batch.max > config.worker.concurrency
+        {
+            return Err(bad(
+                &["route", &index.to_string(), "batch", "max"],
+                format!(
+                    "a batch fills only with records the worker holds: expected at most worker.concurrency ({}), found {}",
+                    config.worker.concurrency, batch.max
+                ),
+            ));
+        }
         if !topics.insert(route.topic.as_str()) {
             return Err((
                 vec!["route".to_owned(), index.to_string(), "topic".to_owned()],
@@ -285,6 +296,14 @@ fn check_route(route: &RouteSection) -> Result<(), Invalid> {
     if route.key_concurrency == Some(0) {
         return Err(bad(&["key-concurrency"], "expected at least 1, found 0"));
     }
+    if let Some(batch) = &route.batch {
+        batch.batch().check().map_err(|err| {
+            bad(
+                &["batch", "max"],
+                err.message().trim_start_matches("`batch.max`: "),
+            )
+        })?;
+    }
     if let Some(weight) = route.weight
         && !(1..=Route::MAX_WEIGHT).contains(&weight)
     {
@@ -326,6 +345,7 @@ fn check_route(route: &RouteSection) -> Result<(), Invalid> {
     only("ca-file", route.ca_file.is_some(), HandlerKind::Http)?;
     only("cert-file", route.cert_file.is_some(), HandlerKind::Http)?;
     only("key-file", route.key_file.is_some(), HandlerKind::Http)?;
+    only("batch", route.batch.is_some(), HandlerKind::Http)?;
     only("command", route.command.is_some(), HandlerKind::Exec)?;
     only(
         "reject-exit-codes",

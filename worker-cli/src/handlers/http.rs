@@ -117,18 +117,56 @@ impl Http {
         match sent {
             // The response is dropped unread: a large or endless body costs nothing.
             Ok(response) => classify(response.status(), response.headers(), self.on_redirect),
-            Err(err) => {
-                // reqwest's message quotes the whole URL, credentials and all.
-                let err = err.without_url();
-                let url = &self.shown;
-                match tls::failure_reason(&err, self.no_certificate.as_deref()) {
-                    Some(reason) => Outcome::retry(format!("{url}: {reason}")),
-                    None if err.is_timeout() => {
-                        Outcome::retry(format!("{url}: timed out: {}", with_causes(&err)))
-                    }
-                    None => Outcome::retry(format!("{url}: request failed: {}", with_causes(&err))),
-                }
+            Err(err) => self.failed(err),
+        }
+    }
+
+    /// Sends one batch request (`body` of `content_type`, carrying the records `records`, as
+    /// `partition-offset` pairs of `topic`): the response when its status is 2xx, else the
+    /// outcome of every record of the batch.
+    pub(crate) async fn send_batch(
+        &self,
+        topic: &str,
+        records: &str,
+        count: usize,
+        body: Vec<u8>,
+        content_type: &'static str,
+    ) -> Result<reqwest::Response, Outcome> {
+        let request = self
+            .client
+            .request(self.method.clone(), self.url.clone())
+            .header("Content-Type", content_type)
+            .header("X-Share-Topic", topic)
+            .header("X-Share-Batch-Size", count.to_string())
+            .header("X-Share-Records", records)
+            .body(body);
+        match request.send().await {
+            Ok(response) if response.status().is_success() => Ok(response),
+            Ok(response) => Err(classify(
+                response.status(),
+                response.headers(),
+                self.on_redirect,
+            )),
+            Err(err) => Err(self.failed(err)),
+        }
+    }
+
+    /// The URL as reasons name it.
+    pub(crate) fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// The outcome of a request that got no response.
+    fn failed(&self, err: reqwest::Error) -> Outcome {
+        // reqwest's message quotes the whole URL, credentials and all.
+        let err = err.without_url();
+        let url = &self.shown;
+        match tls::failure_reason(&err, self.no_certificate.as_deref()) {
+            Some(reason) => Outcome::retry(format!("{url}: {reason}")),
+            None if err.is_timeout() => {
+                Outcome::retry(format!("{url}: timed out: {}", with_causes(&err)))
             }
+            None => Outcome::retry(format!("{url}: request failed: {}", with_causes(&err))),
         }
     }
 }

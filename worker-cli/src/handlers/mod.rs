@@ -1,6 +1,7 @@
 //! The route handlers: each route becomes a tower `Service<Job, Response = Outcome, Error =
 //! Infallible>`, wrapped in a `ConcurrencyLimit` when the route sets `concurrency`.
 
+mod batch;
 mod exec;
 mod http;
 
@@ -11,13 +12,22 @@ use std::time::Duration;
 use crate::config::{DEFAULT_ROUTE_TIMEOUT, HandlerKind, RouteSection};
 use tower::limit::ConcurrencyLimit;
 use tower::service_fn;
-use tower::util::BoxService;
+use tower::util::{BoxCloneService, BoxService};
 use worker_core::{Job, Outcome};
 
 use crate::activity::Activity;
 
 /// A route's service, boxed.
 pub(crate) type RouteService = BoxService<Job, Outcome, Infallible>;
+
+/// A batch route's service, boxed.
+pub(crate) type BatchService = BoxCloneService<Vec<Job>, Vec<Outcome>, Infallible>;
+
+/// What a route runs: one call per record, or one per batch.
+pub(crate) enum RouteServices {
+    Single(RouteService),
+    Batch(BatchService),
+}
 
 /// What one route does with a job.
 #[derive(Debug)]
@@ -46,17 +56,34 @@ impl Handler {
 /// file that does not parse, say) stops the worker before it holds any record.
 #[derive(Debug)]
 pub(crate) struct RouteHandler {
-    handler: Handler,
+    handler: RouteKind,
     concurrency: Option<usize>,
+}
+
+#[derive(Debug)]
+enum RouteKind {
+    Single(Handler),
+    Batch(batch::HttpBatch),
 }
 
 /// The handler of `route` (validated by the config).
 pub(crate) fn handler(route: &RouteSection) -> anyhow::Result<RouteHandler> {
     let timeout = route.timeout.unwrap_or(DEFAULT_ROUTE_TIMEOUT);
-    let handler = match route.handler {
-        HandlerKind::Noop => Handler::Noop(route.delay.unwrap_or_default()),
-        HandlerKind::Exec => Handler::Exec(exec::Exec::new(route, timeout)?),
-        HandlerKind::Http => Handler::Http(http::Http::new(route, timeout)?),
+    let handler = match (route.handler, &route.batch) {
+        (HandlerKind::Http, Some(batch)) => RouteKind::Batch(batch::HttpBatch::new(
+            http::Http::new(route, timeout)?,
+            batch.format,
+        )),
+        (_, Some(_)) => anyhow::bail!("route {}: `batch` applies to http routes only", route.topic),
+        (HandlerKind::Noop, None) => {
+            RouteKind::Single(Handler::Noop(route.delay.unwrap_or_default()))
+        }
+        (HandlerKind::Exec, None) => {
+            RouteKind::Single(Handler::Exec(exec::Exec::new(route, timeout)?))
+        }
+        (HandlerKind::Http, None) => {
+            RouteKind::Single(Handler::Http(http::Http::new(route, timeout)?))
+        }
     };
     Ok(RouteHandler {
         handler,
@@ -65,9 +92,30 @@ pub(crate) fn handler(route: &RouteSection) -> anyhow::Result<RouteHandler> {
 }
 
 impl RouteHandler {
-    /// The route's service, counting its calls in `activity`.
-    pub(crate) fn into_service(self, activity: Arc<Activity>) -> RouteService {
-        let handler = Arc::new(self.handler);
+    /// The route's service, counting its calls (a batch's records each) in `activity`.
+    pub(crate) fn into_services(self, activity: Arc<Activity>) -> RouteServices {
+        let handler = match self.handler {
+            RouteKind::Single(handler) => handler,
+            RouteKind::Batch(batch) => {
+                let batch = Arc::new(batch);
+                return RouteServices::Batch(BoxCloneService::new(service_fn(
+                    move |jobs: Vec<Job>| {
+                        let (batch, activity) = (batch.clone(), activity.clone());
+                        async move {
+                            let calls: Vec<_> = jobs.iter().map(|_| activity.start()).collect();
+                            let outcomes = batch.handle(&jobs).await;
+                            for ((call, outcome), job) in
+                                calls.into_iter().zip(&outcomes).zip(&jobs)
+                            {
+                                call.finish(outcome, job.attempt());
+                            }
+                            Ok::<_, Infallible>(outcomes)
+                        }
+                    },
+                )));
+            }
+        };
+        let handler = Arc::new(handler);
         let service = service_fn(move |job: Job| {
             let handler = handler.clone();
             let activity = activity.clone();
@@ -78,10 +126,10 @@ impl RouteHandler {
                 Ok::<_, Infallible>(outcome)
             }
         });
-        match self.concurrency {
+        RouteServices::Single(match self.concurrency {
             Some(limit) => BoxService::new(ConcurrencyLimit::new(service, limit)),
             None => BoxService::new(service),
-        }
+        })
     }
 }
 

@@ -5,6 +5,7 @@
 mod fake_http;
 mod support;
 
+mod batches;
 mod breaker;
 mod broker_dlq;
 mod cancel;

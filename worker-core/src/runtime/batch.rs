@@ -57,7 +57,8 @@ impl Batch {
         self
     }
 
-    pub(crate) fn check(&self) -> Result<()> {
+    /// What is wrong with these settings, if anything (a worker checks them when it is built).
+    pub fn check(&self) -> Result<()> {
         if !(1..=Self::MAX).contains(&self.max) {
             return Err(Error::new(
                 ErrorKind::Config,

@@ -813,6 +813,25 @@ fn rate_limits_key_concurrency_and_delay_topics_are_read() {
         "the keys left out are the library's defaults"
     );
     assert!(guarded.routes[0].cool_down);
+    let batched = parse(
+        &(MINIMAL.replace("\"noop\"", "\"http\"\nurl = \"http://127.0.0.1:1/\"")
+            + "batch = { max = 64, format = \"ndjson\" }\n"),
+    );
+    let batch = batched.unwrap().routes[0].batch.expect("a batch");
+    assert_eq!(
+        (batch.max, batch.linger, batch.format, batch.by_key),
+        (64, Duration::from_millis(200), BatchFormat::Ndjson, false)
+    );
+    let too_big = parse(
+        &(MINIMAL.replace("\"noop\"", "\"http\"\nurl = \"http://127.0.0.1:1/\"")
+            + "batch = { max = 65 }\n"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        too_big.contains("`route[0].batch.max`: a batch fills only with records the worker holds"),
+        "{too_big}"
+    );
     let lanes = parse(&(MINIMAL.to_owned() + "priority = 0\nweight = 3\n")).unwrap();
     assert_eq!(
         (lanes.routes[0].priority, lanes.routes[0].weight),
@@ -852,6 +871,18 @@ fn broken_limits_and_delays_name_the_key_and_the_line() {
             "route[0].key-concurrency",
             11,
             "expected at least 1",
+        ),
+        (
+            route("batch = { max = 0 }\n"),
+            "route[0].batch.max",
+            11,
+            "expected 1 to 10000, found 0",
+        ),
+        (
+            route("batch = { max = 2 }\n"),
+            "route[0].batch",
+            11,
+            "applies to handler = \"http\" only",
         ),
         (
             route("weight = 0\n"),

@@ -1,0 +1,286 @@
+//! `batch = { max, linger, format }` on an http route: one request per batch of records, one
+//! result per record read back.
+//!
+//! The request body is a JSON array of the payloads (`format = "json"`) or one payload per line
+//! (`"ndjson"`); each payload must be one JSON value (a record whose payload is not is rejected
+//! without being sent). Headers: `X-Share-Topic`, `X-Share-Batch-Size` and `X-Share-Records`
+//! (`partition-offset` of each record, in body order: each item's identity for deduplication).
+//!
+//! A 2xx answer must be `{"results": [{"status": "ok" | "retry" | "reject", "reason": "…",
+//! "retry_after": seconds}, …]}` with one result per record sent, in order (`reason` and
+//! `retry_after` optional, other fields ignored). Any other status is the outcome of every record
+//! of the batch, as for single requests (429 and 5xx retry, honouring `Retry-After`); an answer
+//! that does not parse, is larger than its bound, or has a missing or extra result retries every
+//! record of the batch, saying why.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use worker_core::{Job, Outcome};
+
+use super::http::Http;
+use super::{first_chars, one_line};
+use crate::config::BatchFormat;
+
+/// The largest answer read: room for a result with a long reason per record.
+const ANSWER_BASE_BYTES: usize = 64 * 1024;
+const ANSWER_BYTES_PER_RECORD: usize = 4 * 1024;
+/// How much of an endpoint's reason a record's outcome quotes.
+const MAX_REASON_CHARS: usize = 500;
+/// The longest `retry_after` honoured.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// An http route's batch requests.
+#[derive(Debug)]
+pub(crate) struct HttpBatch {
+    http: Arc<Http>,
+    format: BatchFormat,
+}
+
+#[derive(Debug, Deserialize)]
+struct Answer {
+    results: Vec<ItemResult>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ItemResult {
+    status: Status,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    retry_after: Option<f64>,
+}
+
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Status {
+    Ok,
+    Retry,
+    Reject,
+}
+
+impl HttpBatch {
+    pub(crate) fn new(http: Http, format: BatchFormat) -> Self {
+        Self {
+            http: Arc::new(http),
+            format,
+        }
+    }
+
+    /// Sends `jobs` as one request; one outcome per job, in order.
+    pub(crate) async fn handle(&self, jobs: &[Job]) -> Vec<Outcome> {
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; jobs.len()];
+        let mut items = Vec::with_capacity(jobs.len());
+        let mut sent = Vec::with_capacity(jobs.len());
+        for (index, job) in jobs.iter().enumerate() {
+            match payload_json(job) {
+                Ok(value) => {
+                    items.push(value);
+                    sent.push(index);
+                }
+                Err(why) => outcomes[index] = Some(Outcome::reject(why)),
+            }
+        }
+        if !sent.is_empty() {
+            let answered = self.send(jobs, &sent, &items).await;
+            for (index, outcome) in sent.into_iter().zip(answered) {
+                outcomes[index] = Some(outcome);
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| Outcome::retry("no result for this record")))
+            .collect()
+    }
+
+    /// Sends the records `sent` (indices into `jobs`) with their payloads `items`; one outcome
+    /// per record sent.
+    async fn send(
+        &self,
+        jobs: &[Job],
+        sent: &[usize],
+        items: &[serde_json::Value],
+    ) -> Vec<Outcome> {
+        let all = |outcome: Outcome| vec![outcome; sent.len()];
+        let (body, content_type) = match self.format {
+            BatchFormat::Json => (serde_json::to_vec(items), "application/json"),
+            BatchFormat::Ndjson => {
+                let mut body = Vec::new();
+                let mut written = Ok(());
+                for item in items {
+                    if let Err(err) = serde_json::to_writer(&mut body, item) {
+                        written = Err(err);
+                        break;
+                    }
+                    body.push(b'\n');
+                }
+                (written.map(|()| body), "application/x-ndjson")
+            }
+        };
+        let body = match body {
+            Ok(body) => body,
+            Err(err) => return all(Outcome::retry(format!("writing the batch: {err}"))),
+        };
+        let topic = jobs.first().map_or("", |job| job.topic());
+        let records = sent
+            .iter()
+            .map(|index| {
+                let id = jobs[*index].id();
+                format!("{}-{}", id.partition, id.offset)
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        let response = match self
+            .http
+            .send_batch(topic, &records, sent.len(), body, content_type)
+            .await
+        {
+            Ok(response) => response,
+            Err(outcome) => return all(outcome),
+        };
+        let limit = ANSWER_BASE_BYTES + ANSWER_BYTES_PER_RECORD * sent.len();
+        let url = self.http.shown();
+        let answer = match read_bounded(response, limit).await {
+            Ok(answer) => answer,
+            Err(why) => return all(Outcome::retry(format!("{url}: {why}"))),
+        };
+        match outcomes_of(&answer, sent.len()) {
+            Ok(outcomes) => outcomes,
+            Err(why) => all(Outcome::retry(format!("{url}: {why}"))),
+        }
+    }
+}
+
+/// The record's payload as one JSON value, or why it cannot be sent in a batch.
+fn payload_json(job: &Job) -> Result<serde_json::Value, String> {
+    let Some(payload) = job.payload() else {
+        return Err("a batch carries JSON payloads: this record has none".to_owned());
+    };
+    serde_json::from_slice(payload)
+        .map_err(|err| format!("a batch carries JSON payloads: this one is not JSON ({err})"))
+}
+
+/// The body of `response`, or why it was not read whole: over `limit` bytes, or cut off.
+async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > limit {
+                    return Err(format!("the batch answer is larger than {limit} bytes"));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(body),
+            Err(err) => return Err(format!("reading the batch answer: {}", err.without_url())),
+        }
+    }
+}
+
+/// One outcome per record from a 2xx answer, or why the answer does not give them.
+fn outcomes_of(answer: &[u8], count: usize) -> Result<Vec<Outcome>, String> {
+    let answer: Answer = serde_json::from_slice(answer)
+        .map_err(|err| format!(r#"the batch answer is not {{"results": [...]}}: {err}"#))?;
+    if answer.results.len() != count {
+        return Err(format!(
+            "the batch answer has {} results for a batch of {count} records",
+            answer.results.len()
+        ));
+    }
+    Ok(answer.results.into_iter().map(outcome).collect())
+}
+
+fn outcome(result: ItemResult) -> Outcome {
+    let reason = |default: &str| {
+        result.reason.as_deref().map_or_else(
+            || default.to_owned(),
+            |r| {
+                format!(
+                    "the endpoint: {}",
+                    one_line(first_chars(r, MAX_REASON_CHARS))
+                )
+            },
+        )
+    };
+    match result.status {
+        Status::Ok => Outcome::Accept,
+        Status::Reject => Outcome::reject(reason("the endpoint rejected the record")),
+        Status::Retry => {
+            let reason = reason("the endpoint asked for a retry");
+            match result
+                .retry_after
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map(|s| Duration::from_secs_f64(s.min(MAX_RETRY_AFTER.as_secs_f64())))
+            {
+                Some(after) => Outcome::retry_after(after, reason),
+                None => Outcome::retry(reason),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_map_to_outcomes_in_order() {
+        let answer = br#"{"results": [
+            {"status": "ok"},
+            {"status": "retry", "reason": "mailbox full", "retry_after": 2.5},
+            {"status": "reject", "reason": "no such\naddress", "extra": 1},
+            {"status": "retry"},
+            {"status": "retry", "retry_after": 1e300}
+        ], "request_id": "abc"}"#;
+        let outcomes = outcomes_of(answer, 5).unwrap();
+        assert_eq!(
+            outcomes,
+            vec![
+                Outcome::Accept,
+                Outcome::retry_after(Duration::from_millis(2500), "the endpoint: mailbox full"),
+                Outcome::reject("the endpoint: no such\\naddress"),
+                Outcome::retry("the endpoint asked for a retry"),
+                Outcome::retry_after(MAX_RETRY_AFTER, "the endpoint asked for a retry"),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_answer_that_does_not_match_the_batch_says_why() {
+        let short = outcomes_of(br#"{"results": [{"status": "ok"}]}"#, 2).unwrap_err();
+        assert_eq!(
+            short,
+            "the batch answer has 1 results for a batch of 2 records"
+        );
+        let not_json = outcomes_of(b"<html>", 1).unwrap_err();
+        assert!(
+            not_json.starts_with(r#"the batch answer is not {"results": [...]}"#),
+            "{not_json}"
+        );
+        let bad_status = outcomes_of(br#"{"results": [{"status": "done"}]}"#, 1).unwrap_err();
+        assert!(
+            bad_status.contains("unknown variant `done`"),
+            "{bad_status}"
+        );
+        let negative = outcomes_of(
+            br#"{"results": [{"status": "retry", "retry_after": -3}]}"#,
+            1,
+        );
+        assert_eq!(
+            negative.unwrap(),
+            vec![Outcome::retry("the endpoint asked for a retry")]
+        );
+    }
+
+    #[test]
+    fn a_long_reason_is_cut() {
+        let long = "x".repeat(10_000);
+        let answer = format!(r#"{{"results": [{{"status": "reject", "reason": "{long}"}}]}}"#);
+        let outcomes = outcomes_of(answer.as_bytes(), 1).unwrap();
+        let Outcome::Reject { reason } = &outcomes[0] else {
+            panic!("{outcomes:?}");
+        };
+        assert!(reason.len() < MAX_REASON_CHARS + 20, "{}", reason.len());
+    }
+}
