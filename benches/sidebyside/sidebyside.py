@@ -76,7 +76,7 @@ class Contender:
 
 @dataclass
 class Scenario:
-    section: str  # "noop" | "tls" | "slow" | "heavy" | "cpu" | "latency" | "rss" | "startup" | "scale" | "renew"
+    section: str  # "noop" | "tls" | "slow" | "heavy" | "batch" | "cpu" | "latency" | "rss" | "startup" | "scale" | "renew"
     name: str
     topic: Topic
     handler: str
@@ -239,6 +239,14 @@ def scenarios(quick):
     out.append(Scenario("slow", "3 brokers: sleep 50 ms, N=100, P=12, 100 B", Topic(12, 100, slow[100]),
                         "sleep:50", 100, 50.0, [java_k(100), *ours_cluster], cluster=True))
     heavy_count = 1_000 if quick else 3_000
+    # A bulk endpoint that answers 10 calls at once, 20 ms each: one record per call (concurrency
+    # 10) against batches of up to 100 records per call (10 batches in flight: concurrency 1,000).
+    bulk_records = 5_000 if quick else 20_000
+    single = Contender(f"{ours.name}, one record per call", ours.ack, "ours", extra=("--concurrency", "10"))
+    batched = Contender(f"{ours.name}, batches of 100 per call (linger 20 ms)", ours.ack, "ours",
+                        extra=("--concurrency", "1000", "--batch", "100:20"))
+    out.append(Scenario("batch", "bulk endpoint: 10 calls at once, 20 ms per call, P=4, 100 B",
+                        Topic(4, 100, bulk_records), "sleep:20", 10, 20.0, [single, batched]))
     out.append(Scenario("heavy", "heavy tail 95% 20 ms / 5% 2 s, N=100, P=4, 100 B",
                         Topic(4, 100, heavy_count), "heavy:20:2000:5", 100,
                         0.95 * 20 + 0.05 * 2000, [java_k(100), ours, *before(ours)]))
@@ -1155,6 +1163,8 @@ def write_report(path, ctx, scs, results, broker_check, ours_available):
     section("slow", "Slow handler (50 ms): efficiency against min(N, P × max.record.locks) / latency",
             " % of limit | handled | broker lag 0 |", "---:|---:|---|", efficiency)
     section("heavy", "Heavy-tailed handler",
+            " handled | broker lag 0 |", "---:|---|", lambda sc: [])
+    section("batch", "Batch handler against a bulk endpoint",
             " handled | broker lag 0 |", "---:|---|", lambda sc: [])
     cpu_section(lines, [sc for sc in scs if sc.section == "cpu"], kept, ours_available, cell, check)
 

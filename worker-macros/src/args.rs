@@ -14,7 +14,18 @@ pub(crate) struct HandlerArgs {
     pub(crate) state: Option<Type>,
     /// The path to `worker_core`.
     pub(crate) krate: Path,
+    /// `batch(max = N, linger = "200ms")`: a batch handler.
+    pub(crate) batch: Option<BatchArgs>,
 }
+
+/// What `batch(max = N, linger = "…")` says.
+pub(crate) struct BatchArgs {
+    pub(crate) max: usize,
+    pub(crate) linger_ms: u64,
+}
+
+/// The largest batch (`worker_core::Batch::MAX`).
+const MAX_BATCH: usize = 10_000;
 
 /// The longest topic name Kafka accepts.
 const MAX_TOPIC_LEN: usize = 249;
@@ -26,6 +37,7 @@ impl HandlerArgs {
         let mut name: Option<LitStr> = None;
         let mut state: Option<Type> = None;
         let mut krate: Option<Path> = None;
+        let mut batch: Option<BatchArgs> = None;
         let parser = syn::meta::parser(|meta| {
             if meta.path.is_ident("topic") {
                 set_once(&mut topic, &meta, |meta| {
@@ -48,9 +60,11 @@ impl HandlerArgs {
                     let path: LitStr = meta.value()?.parse()?;
                     path.parse()
                 })
+            } else if meta.path.is_ident("batch") {
+                set_once(&mut batch, &meta, BatchArgs::parse)
             } else {
                 Err(meta.error(
-                    "unknown `#[handler]` argument; expected `topic`, `name`, `state` or `crate`",
+                    "unknown `#[handler]` argument; expected `topic`, `name`, `state`, `crate` or `batch`",
                 ))
             }
         });
@@ -66,8 +80,60 @@ impl HandlerArgs {
             name,
             state,
             krate: krate.unwrap_or_else(|| syn::parse_quote!(::worker_core)),
+            batch,
         })
     }
+}
+
+impl BatchArgs {
+    /// Parses `batch(max = N, linger = "…")`; `linger` defaults to 200 ms.
+    fn parse(meta: &ParseNestedMeta<'_>) -> syn::Result<Self> {
+        let mut max: Option<usize> = None;
+        let mut linger_ms: Option<u64> = None;
+        meta.parse_nested_meta(|inner| {
+            if inner.path.is_ident("max") {
+                let lit: syn::LitInt = inner.value()?.parse()?;
+                let value: usize = lit.base10_parse()?;
+                if !(1..=MAX_BATCH).contains(&value) {
+                    return Err(syn::Error::new(
+                        lit.span(),
+                        format!("a batch has 1 to {MAX_BATCH} records"),
+                    ));
+                }
+                set_once(&mut max, &inner, |_| Ok(value))
+            } else if inner.path.is_ident("linger") {
+                let lit: LitStr = inner.value()?.parse()?;
+                let ms = millis(&lit.value()).ok_or_else(|| {
+                    syn::Error::new(
+                        lit.span(),
+                        "expected a duration like \"200ms\", \"2s\" or \"1m\"",
+                    )
+                })?;
+                set_once(&mut linger_ms, &inner, |_| Ok(ms))
+            } else {
+                Err(inner.error("unknown `batch` argument; expected `max` or `linger`"))
+            }
+        })?;
+        let max = max.ok_or_else(|| meta.error("`batch` needs `max`: `batch(max = 100)`"))?;
+        Ok(Self {
+            max,
+            linger_ms: linger_ms.unwrap_or(200),
+        })
+    }
+}
+
+/// `200ms`, `2s` or `1m` in milliseconds.
+fn millis(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
+    let number: u64 = number.parse().ok()?;
+    let factor = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        _ => return None,
+    };
+    number.checked_mul(factor)
 }
 
 /// Parses an argument's value, refusing a second occurrence.
@@ -159,5 +225,26 @@ mod tests {
         assert!(error(quote!(topic = #long)).contains("at most 249"));
         assert!(error(quote!(topic = "a", name = " ")).contains("name is empty"));
         assert!(error(quote!(topic = 7)).contains("expected string literal"));
+    }
+
+    #[test]
+    fn batch_arguments() -> syn::Result<()> {
+        let args = HandlerArgs::parse(quote!(topic = "e", batch(max = 100, linger = "2s")))?;
+        let batch = args.batch.expect("batch");
+        assert_eq!((batch.max, batch.linger_ms), (100, 2_000));
+        let defaulted = HandlerArgs::parse(quote!(topic = "e", batch(max = 5)))?;
+        assert_eq!(defaulted.batch.map(|b| b.linger_ms), Some(200));
+        assert!(error(quote!(topic = "e", batch(linger = "1s"))).contains("needs `max`"));
+        assert!(error(quote!(topic = "e", batch(max = 0))).contains("1 to 10000"));
+        assert!(error(quote!(topic = "e", batch(max = 10001))).contains("1 to 10000"));
+        assert!(
+            error(quote!(topic = "e", batch(max = 2, linger = "soon"))).contains("like \"200ms\"")
+        );
+        assert!(
+            error(quote!(topic = "e", batch(max = 2, size = 3)))
+                .contains("unknown `batch` argument")
+        );
+        assert!(error(quote!(topic = "e", batch(max = 2, max = 3))).contains("given twice"));
+        Ok(())
     }
 }

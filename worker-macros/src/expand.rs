@@ -20,10 +20,15 @@ pub(crate) fn handler(args: TokenStream, item: TokenStream) -> TokenStream {
     };
     let checked = HandlerArgs::parse(args).and_then(|args| {
         let signature = HandlerSignature::check(&function)?;
-        Ok((args, signature))
+        let item = match &args.batch {
+            Some(_) => Some(signature.batch_item(&function)?),
+            None => None,
+        };
+        Ok((args, signature, item))
     });
     match checked {
-        Ok((args, signature)) => generate(&args, &signature, function),
+        Ok((args, signature, None)) => generate(&args, &signature, function),
+        Ok((args, signature, Some(item))) => generate_batch(&args, &signature, &item, function),
         Err(error) => with_errors(item, error),
     }
 }
@@ -98,6 +103,178 @@ fn generate(args: &HandlerArgs, signature: &HandlerSignature, function: ItemFn) 
     }
 }
 
+/// The code for a batch handler (`batch(...)`): its last argument is `Vec<item>`, its output one
+/// result per item.
+fn generate_batch(
+    args: &HandlerArgs,
+    signature: &HandlerSignature,
+    item: &Type,
+    function: ItemFn,
+) -> TokenStream {
+    let krate = &args.krate;
+    let private = quote!(#krate::__private);
+    let ItemFn {
+        attrs,
+        vis,
+        mut sig,
+        block,
+    } = function;
+    let ident = sig.ident.clone();
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| LitStr::new(&ident_name(&ident), ident.span()));
+    let topic = &args.topic;
+    sig.ident = Ident::new("handle", ident.span());
+    let has_docs = attrs.iter().any(|attr| attr.path().is_ident("doc"));
+    let docs: Vec<&Attribute> = attrs
+        .iter()
+        .filter(|attr| attr.path().is_ident("doc"))
+        .collect();
+    let struct_docs = if has_docs {
+        quote!(#(#docs)*)
+    } else {
+        let doc = format!("The `{}` batch job (`#[handler]`).", name.value());
+        quote!(#[doc = #doc])
+    };
+    let handle_docs = if has_docs {
+        TokenStream::new()
+    } else {
+        quote!(#[doc = "The handler function as written."])
+    };
+    let batch = args.batch.as_ref().expect("a batch handler");
+    let (max, linger) = (batch.max, batch.linger_ms);
+    let leading = &signature.args[..signature.args.len() - 1];
+    let names: Vec<Ident> = (0..leading.len())
+        .map(|index| format_ident!("__arg{}", index))
+        .collect();
+    let future = quote_spanned! {ident.span()=>
+        impl #private::Future<Output = ::std::vec::Vec<#private::Outcome>> + #private::Send + 'static + use<__S, __M>
+    };
+    let enqueue = enqueue_fns_for(krate, &vis, item);
+    let checks = batch_checks(krate, args.state.as_ref(), signature, item);
+    quote! {
+        #struct_docs
+        #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy, Debug, Default)]
+        #vis struct #ident;
+
+        impl #ident {
+            /// The job's name, for logs, metrics and dead-letter records.
+            #vis const NAME: &'static str = #name;
+            /// The topic the job reads unless configuration overrides it.
+            #vis const TOPIC: &'static str = #topic;
+            /// How the job's records are batched.
+            #vis const BATCH: #private::Batch =
+                #private::Batch::new(#max, #private::Duration::from_millis(#linger));
+
+            #handle_docs
+            #(#attrs)*
+            #vis #sig #block
+
+            /// The batch's jobs in, one outcome per job out: the leading arguments come from the
+            /// first job, the items from each job (one that does not decode gets its rejection).
+            #[doc(hidden)]
+            fn __handle_batch<__S, __M>(
+                jobs: ::std::vec::Vec<#private::Job>,
+                state: &__S,
+            ) -> #future
+            where
+                #(#leading: #private::FromJobParts<__S>,)*
+                #item: #private::FromJob<__S, __M>,
+            {
+                let extracted: ::core::result::Result<(#(#leading,)*), #private::Outcome> =
+                    match jobs.first() {
+                        ::core::option::Option::Some(__first) => (|| {
+                            ::core::result::Result::Ok((#(
+                                <#leading as #private::FromJobParts<__S>>::from_job_parts(__first, state)
+                                    .map_err(#private::IntoOutcome::into_outcome)?,
+                            )*))
+                        })(),
+                        ::core::option::Option::None => ::core::result::Result::Err(
+                            #private::Outcome::retry("an empty batch"),
+                        ),
+                    };
+                let (items, places) = #private::decode_batch::<__S, __M, #item>(jobs, state);
+                let any = !items.is_empty();
+                let call = extracted.map(|(#(#names,)*)| any.then(|| Self::handle(#(#names,)* items)));
+                places.finish(call)
+            }
+
+            #enqueue
+        }
+
+        impl #private::NamedJob for #ident {
+            fn name(&self) -> &'static str {
+                Self::NAME
+            }
+
+            fn topic(&self) -> &'static str {
+                Self::TOPIC
+            }
+        }
+
+        impl<__S, __M> #private::BatchJobDefinition<(__M, #(#leading,)* #item,), __S> for #ident
+        where
+            __S: ::core::clone::Clone + ::core::marker::Send + ::core::marker::Sync + 'static,
+            __M: 'static,
+            #(#leading: #private::FromJobParts<__S>,)*
+            #item: #private::FromJob<__S, __M>,
+        {
+            fn batch(&self) -> #private::Batch {
+                Self::BATCH
+            }
+
+            fn into_batch_service(
+                self,
+                state: __S,
+            ) -> impl #private::Service<
+                ::std::vec::Vec<#private::Job>,
+                Response = ::std::vec::Vec<#private::Outcome>,
+                Error = #private::Infallible,
+                Future: ::core::marker::Send + 'static,
+            > + ::core::clone::Clone + ::core::marker::Send + ::core::marker::Sync + 'static {
+                #private::BatchHandlerService::new(Self::__handle_batch::<__S, __M>, state)
+            }
+        }
+
+        #checks
+    }
+}
+
+/// [`checks`] for a batch handler: the leading arguments, the item extractor, and an output of
+/// one result per item.
+fn batch_checks(
+    krate: &Path,
+    state: Option<&Type>,
+    signature: &HandlerSignature,
+    item: &Type,
+) -> TokenStream {
+    let private = quote!(#krate::__private);
+    let state = state
+        .or(signature.state.as_ref())
+        .map_or_else(|| quote!(()), |state| quote!(#state));
+    let leading = &signature.args[..signature.args.len() - 1];
+    let leading_checks = leading
+        .iter()
+        .map(|ty| quote_spanned!(ty.span()=> #private::assert_from_job_parts::<#state, #ty>();));
+    let item_check = quote_spanned!(item.span()=> #private::assert_from_job::<#state, _, #item>(););
+    let output_check = match &signature.output {
+        Some(ty) => quote_spanned!(ty.span()=> #private::assert_batch_output::<#ty>();),
+        None => quote!(#private::assert_batch_output::<()>();),
+    };
+    quote! {
+        const _: () = {
+            #[allow(dead_code)]
+            fn __handler_signature_is_valid() {
+                #(#leading_checks)*
+                #item_check
+                #output_check
+            }
+        };
+    }
+}
+
 /// The function's name without a raw-identifier prefix.
 fn ident_name(ident: &Ident) -> String {
     let name = ident.to_string();
@@ -141,10 +318,15 @@ fn send_handle(krate: &Path, ident: &Ident, signature: &HandlerSignature) -> Tok
 /// argument has no enqueueable payload (`Meta`, `Job`) still compiles. A job without arguments
 /// gets none.
 fn enqueue_fns(krate: &Path, vis: &syn::Visibility, signature: &HandlerSignature) -> TokenStream {
+    match signature.args.last() {
+        Some(last) => enqueue_fns_for(krate, vis, last),
+        None => TokenStream::new(),
+    }
+}
+
+/// [`enqueue_fns`] for the payload extractor `last` (a batch handler's item).
+fn enqueue_fns_for(krate: &Path, vis: &syn::Visibility, last: &Type) -> TokenStream {
     let private = quote!(#krate::__private);
-    let Some(last) = signature.args.last() else {
-        return TokenStream::new();
-    };
     quote! {
         #private::with_job_producer! {
         /// Enqueues a job for this handler on its topic ([`Self::TOPIC`]), with the payload type
@@ -302,6 +484,42 @@ mod tests {
         );
         assert!(out.contains("enqueue_as :: < Json < Sms > > (Self :: TOPIC , payload"));
         assert!(!out.contains("compile_error"));
+    }
+
+    #[test]
+    fn a_batch_handler_gets_a_batch_definition() {
+        let out = expand(
+            quote!(topic = "emails", batch(max = 100, linger = "2s")),
+            quote! {
+                async fn send_emails(State(p): State<P>, emails: Vec<Json<Email>>) -> Vec<Result<(), JobError>> {
+                    Vec::new()
+                }
+            },
+        );
+        assert!(out.contains(
+            "const BATCH : :: worker_core :: __private :: Batch = :: worker_core :: __private :: Batch :: new (100usize , :: worker_core :: __private :: Duration :: from_millis (2000u64))"
+        ), "{out}");
+        assert!(out.contains(
+            "BatchJobDefinition < (__M , State < P > , Json < Email > ,) , __S > for send_emails"
+        ));
+        assert!(out.contains("decode_batch :: < __S , __M , Json < Email > > (jobs , state)"));
+        assert!(out.contains("Self :: handle (__arg0 , items)"));
+        assert!(out.contains("assert_batch_output :: < Vec < Result < () , JobError > > > ()"));
+        assert!(out.contains("assert_from_job :: < P , _ , Json < Email > > ()"));
+        assert!(out.contains("enqueue_as :: < Json < Email > > (Self :: TOPIC , payload"));
+        assert!(
+            !out.contains(":: JobDefinition <"),
+            "no single-record definition"
+        );
+        assert!(!out.contains("compile_error"));
+
+        let not_a_vec = expand(
+            quote!(topic = "emails", batch(max = 10)),
+            quote!(
+                async fn send(email: Json<Email>) {}
+            ),
+        );
+        assert!(not_a_vec.contains("a batch handler's last argument is a `Vec` of an extractor"));
     }
 
     #[test]

@@ -114,6 +114,40 @@ fn check_argument(ty: &Type, last: bool) -> syn::Result<()> {
     }
 }
 
+impl HandlerSignature {
+    /// A batch handler's item extractor: `X` of its last argument `Vec<X>`.
+    pub(crate) fn batch_item(&self, function: &ItemFn) -> syn::Result<Type> {
+        let Some(last) = self.args.last() else {
+            return Err(syn::Error::new_spanned(
+                &function.sig,
+                "a batch handler takes its batch as its last argument: `Vec<Json<T>>`",
+            ));
+        };
+        vec_item(last).ok_or_else(|| {
+            syn::Error::new_spanned(
+                last,
+                "a batch handler's last argument is a `Vec` of an extractor: `Vec<Json<T>>`",
+            )
+        })
+    }
+}
+
+/// `T` if `ty` is `Vec<T>`.
+fn vec_item(ty: &Type) -> Option<Type> {
+    let Type::Path(path) = ty else { return None };
+    let segment = path.path.segments.last()?;
+    if segment.ident != "Vec" {
+        return None;
+    }
+    let PathArguments::AngleBracketed(generics) = &segment.arguments else {
+        return None;
+    };
+    match generics.args.iter().collect::<Vec<_>>()[..] {
+        [GenericArgument::Type(item)] => Some(item.clone()),
+        _ => None,
+    }
+}
+
 /// The name of a path type's last segment: `Json` for `handler::Json<T>`.
 fn last_segment(ty: &Type) -> Option<String> {
     match ty {
@@ -234,6 +268,28 @@ mod tests {
         assert_eq!(found.len(), 2, "{found:?}");
         assert!(found[0].contains("not references"));
         assert!(found[1].contains("concrete extractor type"));
+    }
+
+    #[test]
+    fn a_batch_handler_takes_a_vec_last() -> syn::Result<()> {
+        let item: ItemFn = parse_quote! {
+            async fn send(State(p): State<P>, emails: Vec<Json<Email>>) -> Vec<Result<(), E>> {}
+        };
+        let sig = HandlerSignature::check(&item)?;
+        assert_eq!(
+            sig.batch_item(&item)?.to_token_stream().to_string(),
+            "Json < Email >"
+        );
+        let single: ItemFn = parse_quote!(
+            async fn send(email: Json<Email>) {}
+        );
+        let sig = HandlerSignature::check(&single)?;
+        let error = sig.batch_item(&single).err().map(|e| e.to_string());
+        assert_eq!(
+            error.as_deref(),
+            Some("a batch handler's last argument is a `Vec` of an extractor: `Vec<Json<T>>`")
+        );
+        Ok(())
     }
 
     #[test]

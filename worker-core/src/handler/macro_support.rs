@@ -8,11 +8,15 @@ pub use std::marker::Send;
 
 pub use tower::Service;
 
+pub use super::batch::{BatchHandlerService, BatchPlaces, decode_batch};
 pub use super::{
-    FromJob, FromJobParts, Handler, HandlerService, IntoOutcome, JobDefinition, NamedJob,
+    BatchJobDefinition, BatchOutput, FromJob, FromJobParts, Handler, HandlerService, IntoOutcome,
+    JobDefinition, NamedJob,
 };
 #[cfg(feature = "rdkafka")]
 pub use crate::produce::{EnqueueOptions, Enqueued, JobProducer, Payload};
+pub use crate::runtime::Batch;
+pub use std::time::Duration;
 
 /// Keeps the typed enqueue functions `#[handler]` generates when [`JobProducer`] exists (the
 /// `rdkafka` feature), and drops them without it: the macro cannot see worker-core's features.
@@ -39,3 +43,6 @@ pub const fn assert_from_job_parts<S, T: FromJobParts<S>>() {}
 
 /// Fails to compile, on the argument's span, unless `T` is a last-argument extractor.
 pub const fn assert_from_job<S, M, T: FromJob<S, M>>() {}
+
+/// Fails to compile, on the return type's span, unless `T` is a batch handler's output.
+pub const fn assert_batch_output<T: BatchOutput>() {}

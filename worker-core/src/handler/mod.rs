@@ -98,6 +98,7 @@
 //! # let _ = render;
 //! ```
 
+mod batch;
 mod definition;
 mod error;
 pub mod extract;
@@ -116,6 +117,7 @@ use std::future::Future;
 
 use crate::Job;
 
+pub use batch::{BatchJobDefinition, BatchOutput};
 pub use definition::{DefinedJob, JobDefinition, NamedJob, define_job};
 pub use error::JobError;
 pub use extract::{

@@ -42,7 +42,7 @@ impl Batch {
     /// Batches of at most `max` records (1 to [`Batch::MAX`]), each sent at the latest `linger`
     /// after its first record came. A batch fills only with records the worker holds, so give
     /// the worker a `concurrency` of at least `max` (more, to fill the next batch while one runs).
-    pub fn new(max: usize, linger: Duration) -> Self {
+    pub const fn new(max: usize, linger: Duration) -> Self {
         Self {
             max,
             linger,

@@ -13,7 +13,7 @@ use super::batch::{Batch, BatchStats, Batcher};
 use super::builder::RouteService;
 use super::rate::RateLimit;
 use super::routes::RouteLimits;
-use crate::handler::JobDefinition;
+use crate::handler::{BatchJobDefinition, JobDefinition};
 use crate::{Error, ErrorKind, Job, Outcome, Result};
 
 /// One route of a [`Worker`](super::Worker): the records of `topic` go to `service`, with this
@@ -115,6 +115,18 @@ impl Route {
     {
         let topic: Arc<str> = Arc::from(definition.topic());
         Self::new(topic, definition.into_service(state))
+    }
+
+    /// A batch job definition (a `#[handler(batch(...))]` fn) on its default topic, batched as
+    /// it says, its handler given `state`. [`Route::batched`] with
+    /// `definition.into_batch_service(state)` puts it on another topic.
+    pub fn batch_job<T, St, D>(definition: D, state: St) -> Self
+    where
+        D: BatchJobDefinition<T, St>,
+    {
+        let topic: Arc<str> = Arc::from(definition.topic());
+        let batch = definition.batch();
+        Self::batched(topic, batch, definition.into_batch_service(state))
     }
 
     /// The route's topic.

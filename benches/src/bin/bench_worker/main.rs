@@ -4,7 +4,7 @@
 //! bench_worker --bootstrap-server HOST:PORT --topic T --group G --records N --concurrency C
 //!              --handler noop|sleep:MS|heavy:FAST:SLOW:PCT|cpu:US|park
 //!              [--latency] [--profile] [--shutdown-grace-ms MS] [--max-poll-records M] [--max-wait-ms MS] [--busy-max-wait-ms MS]
-//!              [--report-every-ms MS]
+//!              [--report-every-ms MS] [--batch MAX:LINGER_MS]
 //!              [--worker-threads T] [--run-as-task]
 //!              [--security-protocol plaintext|ssl|sasl_plaintext|sasl_ssl]
 //!              [--sasl-mechanism PLAIN|SCRAM-SHA-256|SCRAM-SHA-512] [--sasl-username U]
@@ -13,7 +13,9 @@
 //! ```
 //!
 //! Joins group `G` on `T`, runs `C` handlers at once and ACCEPTs each record when its handler
-//! finishes. Exits 0 once `N` records were handled and their acknowledgements answered, or on
+//! finishes. With `--batch` the route is a batch route (`Route::batched`): its handler is called
+//! once per batch of up to `MAX` records (sent `LINGER_MS` after its first at the latest) and a
+//! `sleep:MS` handler sleeps once per call, as a bulk endpoint answers one request. Exits 0 once `N` records were handled and their acknowledgements answered, or on
 //! SIGTERM / ctrl-c; prints one JSON summary line on stdout.
 //!
 //! The worker runs on [`source::BenchSource`], a pass-through around `KafkaSource` that counts
@@ -60,7 +62,7 @@ use nix::time::ClockId;
 use tower::service_fn;
 use worker_core::kafka::KafkaSource;
 use worker_core::security::{Protocol, SaslConfig, ScramMechanism, Secret, Security, TlsConfig};
-use worker_core::{Job, Outcome, Worker};
+use worker_core::{Batch, Job, Outcome, Route, Worker};
 
 use source::{BenchSource, Observed};
 
@@ -175,6 +177,8 @@ struct Args {
     worker_threads: Option<usize>,
     /// Run the worker as a task on the runtime rather than on the main thread in `block_on`.
     run_as_task: bool,
+    /// A batch route: (max, linger).
+    batch: Option<(usize, Duration)>,
     security: SecurityArgs,
 }
 
@@ -287,6 +291,7 @@ fn parse_args() -> Result<Args, String> {
     let (mut max_poll_records, mut max_wait, mut worker_threads) = (None, None, None);
     let (mut busy_max_wait, mut report_every) = (None, None);
     let mut run_as_task = false;
+    let mut batch = None;
     let mut security = SecurityArgs::default();
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -347,6 +352,16 @@ fn parse_args() -> Result<Args, String> {
                 )
             }
             "--run-as-task" => run_as_task = true,
+            "--batch" => {
+                let text = value()?;
+                let parsed = text.split_once(':').and_then(|(max, linger)| {
+                    Some((
+                        max.parse().ok()?,
+                        Duration::from_millis(linger.parse().ok()?),
+                    ))
+                });
+                batch = Some(parsed.ok_or("--batch: expected MAX:LINGER_MS")?);
+            }
             "--security-protocol" => security.protocol = Some(value()?),
             "--sasl-mechanism" => security.mechanism = Some(value()?),
             "--sasl-username" => security.username = Some(value()?),
@@ -381,6 +396,7 @@ fn parse_args() -> Result<Args, String> {
         report_every,
         worker_threads,
         run_as_task,
+        batch,
         security,
     })
 }
@@ -453,8 +469,8 @@ async fn run(args: Args) -> worker_core::Result<()> {
     let first = first_call.clone();
     let handler = args.handler;
     let park = matches!(handler, Handler::Park);
-    let mut builder = Worker::builder(source)
-        .route(
+    let route = match args.batch {
+        None => Route::new(
             args.topic.as_str(),
             service_fn(move |job: Job| {
                 let delay = handler.delay(job.id().partition, job.id().offset);
@@ -477,7 +493,29 @@ async fn run(args: Args) -> worker_core::Result<()> {
                     Ok::<_, Infallible>(Outcome::Accept)
                 }
             }),
-        )
+        ),
+        Some((max, linger)) => Route::batched(
+            args.topic.as_str(),
+            Batch::new(max, linger),
+            service_fn(move |jobs: Vec<Job>| {
+                let delay = jobs
+                    .first()
+                    .and_then(|job| handler.delay(job.id().partition, job.id().offset));
+                let counter = counter.clone();
+                first.get_or_init(|| PROCESS_START.get().map_or(Duration::ZERO, Instant::elapsed));
+                starts.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+                async move {
+                    if let Some(delay) = delay {
+                        tokio::time::sleep(delay).await;
+                    }
+                    counter.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+                    Ok::<_, Infallible>(vec![Outcome::Accept; jobs.len()])
+                }
+            }),
+        ),
+    };
+    let mut builder = Worker::builder(source)
+        .add_route(route)
         .concurrency(args.concurrency)
         .max_poll_records(
             args.max_poll_records
