@@ -6,6 +6,8 @@
 //!   (dead-lettered).
 //! - [`webhook`]: a webhook notifier written as a plain async fn wrapped in tower layers (a timeout
 //!   and a rate limit); an endpoint that hangs is cut off by the timeout and retried.
+//! - [`email`]: a bulk e-mail sender written as a batch handler (`#[handler(batch(...))]`): up to
+//!   50 messages per call to a bulk API that answers per message.
 //! - [`secured`]: a notification worker on a secured cluster (TLS, SASL), configured from
 //!   environment variables; the source and the dead-letter sink share one security setting.
 //!
@@ -30,8 +32,11 @@ mod docs {
     struct Control;
     #[doc = include_str!("../../docs/lanes.md")]
     struct Lanes;
+    #[doc = include_str!("../../docs/batches.md")]
+    struct Batches;
 }
 
+pub mod email;
 pub mod secured;
 pub mod sms;
 pub mod webhook;

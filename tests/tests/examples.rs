@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use examples::demo_backoff;
+use examples::email::{Email, FakeBulkApi, send_emails};
 use examples::sms::{
     DemoJob, FakeGateway, Sms, demo_jobs, enqueue_demo, is_valid_number, send_sms, sms_lanes,
 };
@@ -15,7 +16,7 @@ use rdkafka::message::Headers;
 use tests::{produce, producer, read_records, run_until_all_drained, run_until_drained, unique};
 use worker_core::delay::DelayTopic;
 use worker_core::dlq::KafkaDlqSink;
-use worker_core::handler::JobDefinition;
+use worker_core::handler::{BatchJobDefinition, JobDefinition};
 use worker_core::kafka::{Admin, DelayTopics, KafkaSource};
 use worker_core::produce::JobProducer;
 use worker_core::{RateLimit, Route, Worker};
@@ -57,6 +58,74 @@ async fn dead_letters(topic: &str, expected: usize) -> anyhow::Result<BTreeSet<(
             ))
         })
         .collect()
+}
+
+/// The bulk e-mail sender: 300 messages in batches of up to 50, one call each; the invalid
+/// addresses are dead-lettered, the greylisted ones retried once, and every valid message is sent
+/// exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bulk_email_sender_sends_in_batches_and_answers_each_message() -> anyhow::Result<()> {
+    let emails: Vec<Email> = (0..300)
+        .map(|i| Email {
+            to: match i % 30 {
+                4 => format!("user{i}-at-nowhere"),
+                9 => format!("user{i}@greylist.example"),
+                _ => format!("user{i}@example.com"),
+            },
+            subject: format!("receipt {i}"),
+        })
+        .collect();
+    let payloads: Vec<String> = emails
+        .iter()
+        .map(serde_json::to_string)
+        .collect::<Result<_, _>>()?;
+    let (admin, topic, group) = prepared("emails", &payloads).await?;
+    let api = FakeBulkApi::new(Duration::from_millis(50));
+    let dlq = KafkaDlqSink::builder(tests::bootstrap(), &group)
+        .worker("email-test")
+        .build()?;
+    let worker = Worker::builder(
+        KafkaSource::builder(tests::bootstrap(), &group)
+            .topic(&topic)
+            .build()
+            .await?,
+    )
+    .add_route(Route::batched(
+        topic.as_str(),
+        send_emails::BATCH,
+        send_emails.into_batch_service(api.clone()),
+    ))
+    .concurrency(200)
+    .backoff(demo_backoff())
+    .dlq(dlq)
+    .build()?;
+    let summary =
+        run_until_drained(worker, &admin, &group, &topic, Duration::from_secs(60)).await?;
+
+    let valid: Vec<&Email> = emails.iter().filter(|e| e.to.contains('@')).collect();
+    let mut sent: Vec<String> = api.sent().into_iter().map(|e| e.to).collect();
+    sent.sort();
+    let mut expected: Vec<String> = valid.iter().map(|e| e.to.clone()).collect();
+    expected.sort();
+    assert_eq!(sent, expected, "every valid message sent exactly once");
+    let letters = dead_letters(&topic, 10).await?;
+    let invalid: BTreeSet<(i64, String)> = (0..300)
+        .filter(|i| i % 30 == 4)
+        .map(|i| (i, "rejected".to_owned()))
+        .collect();
+    assert_eq!(letters, invalid);
+    assert_eq!(
+        summary.retried, 10,
+        "each greylisted message retried once: {summary:?}"
+    );
+    let calls = api.calls();
+    assert!(calls.iter().all(|size| *size <= 50), "{calls:?}");
+    assert!(
+        calls.len() < 30,
+        "{} calls for 300 messages and 10 retries: not batched",
+        calls.len()
+    );
+    Ok(())
 }
 
 /// The SMS lanes: a marketing blast is being sent when one-time passwords arrive; every password
