@@ -42,35 +42,17 @@ fn with_errors(item: TokenStream, error: syn::Error) -> TokenStream {
 /// The code for a handler that passed the syntactic checks.
 fn generate(args: &HandlerArgs, signature: &HandlerSignature, function: ItemFn) -> TokenStream {
     let krate = &args.krate;
-    let ItemFn {
+    let Parts {
         attrs,
         vis,
-        mut sig,
+        sig,
         block,
-    } = function;
-    let ident = sig.ident.clone();
-    let name = args
-        .name
-        .clone()
-        .unwrap_or_else(|| LitStr::new(&ident_name(&ident), ident.span()));
+        ident,
+        name,
+        struct_docs,
+        handle_docs,
+    } = parts(args, function, "job");
     let topic = &args.topic;
-    sig.ident = Ident::new("handle", ident.span());
-
-    let docs: Vec<&Attribute> = attrs
-        .iter()
-        .filter(|attr| attr.path().is_ident("doc"))
-        .collect();
-    let struct_docs = if docs.is_empty() {
-        let doc = format!("The `{}` job (`#[handler]`).", name.value());
-        quote!(#[doc = #doc])
-    } else {
-        quote!(#(#docs)*)
-    };
-    let handle_docs = if docs.is_empty() {
-        quote!(#[doc = "The handler function as written."])
-    } else {
-        TokenStream::new()
-    };
 
     let definition = definition_impl(krate, &ident, signature);
     let enqueue = enqueue_fns(krate, &vis, signature);
@@ -113,35 +95,17 @@ fn generate_batch(
 ) -> TokenStream {
     let krate = &args.krate;
     let private = quote!(#krate::__private);
-    let ItemFn {
+    let Parts {
         attrs,
         vis,
-        mut sig,
+        sig,
         block,
-    } = function;
-    let ident = sig.ident.clone();
-    let name = args
-        .name
-        .clone()
-        .unwrap_or_else(|| LitStr::new(&ident_name(&ident), ident.span()));
+        ident,
+        name,
+        struct_docs,
+        handle_docs,
+    } = parts(args, function, "batch job");
     let topic = &args.topic;
-    sig.ident = Ident::new("handle", ident.span());
-    let has_docs = attrs.iter().any(|attr| attr.path().is_ident("doc"));
-    let docs: Vec<&Attribute> = attrs
-        .iter()
-        .filter(|attr| attr.path().is_ident("doc"))
-        .collect();
-    let struct_docs = if has_docs {
-        quote!(#(#docs)*)
-    } else {
-        let doc = format!("The `{}` batch job (`#[handler]`).", name.value());
-        quote!(#[doc = #doc])
-    };
-    let handle_docs = if has_docs {
-        TokenStream::new()
-    } else {
-        quote!(#[doc = "The handler function as written."])
-    };
     let batch = args.batch.as_ref().expect("a batch handler");
     let (max, linger) = (batch.max, batch.linger_ms);
     let leading = &signature.args[..signature.args.len() - 1];
@@ -153,6 +117,7 @@ fn generate_batch(
     };
     let enqueue = enqueue_fns_for(krate, &vis, item);
     let checks = batch_checks(krate, args.state.as_ref(), signature, item);
+    let named = named_job_impl(krate, &ident);
     quote! {
         #struct_docs
         #[allow(non_camel_case_types)]
@@ -204,15 +169,7 @@ fn generate_batch(
             #enqueue
         }
 
-        impl #private::NamedJob for #ident {
-            fn name(&self) -> &'static str {
-                Self::NAME
-            }
-
-            fn topic(&self) -> &'static str {
-                Self::TOPIC
-            }
-        }
+        #named
 
         impl<__S, __M> #private::BatchJobDefinition<(__M, #(#leading,)* #item,), __S> for #ident
         where
@@ -272,6 +229,74 @@ fn batch_checks(
                 #output_check
             }
         };
+    }
+}
+
+/// What both kinds of handler generate around the function: the unit struct's name and docs,
+/// and the function renamed `handle`.
+struct Parts {
+    attrs: Vec<Attribute>,
+    vis: syn::Visibility,
+    sig: syn::Signature,
+    block: Box<syn::Block>,
+    ident: Ident,
+    name: LitStr,
+    struct_docs: TokenStream,
+    handle_docs: TokenStream,
+}
+
+/// [`Parts`] of `function`; a `kind` ("job", "batch job") without docs of its own gets a line.
+fn parts(args: &HandlerArgs, function: ItemFn, kind: &str) -> Parts {
+    let ItemFn {
+        attrs,
+        vis,
+        mut sig,
+        block,
+    } = function;
+    let ident = sig.ident.clone();
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| LitStr::new(&ident_name(&ident), ident.span()));
+    sig.ident = Ident::new("handle", ident.span());
+    let docs: Vec<&Attribute> = attrs
+        .iter()
+        .filter(|attr| attr.path().is_ident("doc"))
+        .collect();
+    let (struct_docs, handle_docs) = if docs.is_empty() {
+        let doc = format!("The `{}` {kind} (`#[handler]`).", name.value());
+        (
+            quote!(#[doc = #doc]),
+            quote!(#[doc = "The handler function as written."]),
+        )
+    } else {
+        (quote!(#(#docs)*), TokenStream::new())
+    };
+    Parts {
+        attrs,
+        vis,
+        sig,
+        block,
+        ident,
+        name,
+        struct_docs,
+        handle_docs,
+    }
+}
+
+/// `impl NamedJob` for the unit struct.
+fn named_job_impl(krate: &Path, ident: &Ident) -> TokenStream {
+    let private = quote!(#krate::__private);
+    quote! {
+        impl #private::NamedJob for #ident {
+            fn name(&self) -> &'static str {
+                Self::NAME
+            }
+
+            fn topic(&self) -> &'static str {
+                Self::TOPIC
+            }
+        }
     }
 }
 
@@ -377,16 +402,9 @@ fn definition_impl(krate: &Path, ident: &Ident, signature: &HandlerSignature) ->
             },
         ),
     };
+    let named = named_job_impl(krate, ident);
     quote! {
-        impl #private::NamedJob for #ident {
-            fn name(&self) -> &'static str {
-                Self::NAME
-            }
-
-            fn topic(&self) -> &'static str {
-                Self::TOPIC
-            }
-        }
+        #named
 
         impl<__S, #marker_param> #private::JobDefinition<#args_tuple, __S> for #ident
         where

@@ -245,14 +245,18 @@ fn handled_by_topic(registry: &prometheus::Registry) -> BTreeMap<String, u64> {
     counts
 }
 
-/// Records handled per second per topic between two samples.
-fn topic_rates(before: &Raw, now: &Raw) -> BTreeMap<String, f64> {
-    let Some(secs) = before
+/// The seconds between two samples, when both were taken and some time passed.
+fn seconds_between(before: &Raw, now: &Raw) -> Option<f64> {
+    before
         .at
         .zip(now.at)
         .map(|(a, b)| b.duration_since(a).as_secs_f64())
         .filter(|s| *s > 0.0)
-    else {
+}
+
+/// Records handled per second per topic between two samples.
+fn topic_rates(before: &Raw, now: &Raw) -> BTreeMap<String, f64> {
+    let Some(secs) = seconds_between(before, now) else {
         return BTreeMap::new();
     };
     now.by_topic
@@ -293,12 +297,7 @@ fn handler_buckets(registry: &prometheus::Registry) -> Vec<(f64, u64)> {
 
 /// The rates between two samples.
 fn point(before: &Raw, now: &Raw, embedded: bool) -> Point {
-    let Some(secs) = before
-        .at
-        .zip(now.at)
-        .map(|(a, b)| b.duration_since(a).as_secs_f64())
-        .filter(|s| *s > 0.0)
-    else {
+    let Some(secs) = seconds_between(before, now) else {
         return Point::default();
     };
     let rate = |a: u64, b: u64| Some(b.saturating_sub(a) as f64 / secs);

@@ -10,6 +10,30 @@ use crate::Worker;
 use crate::dlq::DlqReason;
 use crate::testing::{MemoryBroker, MemoryDlq};
 
+/// Runs `worker` until `records` records of `broker` are acknowledged or archived (60 s of
+/// virtual time at most), then shuts it down.
+async fn run_until_settled(
+    worker: Worker<crate::testing::MemoryMember>,
+    broker: &MemoryBroker,
+    records: usize,
+) -> crate::Result<crate::Summary> {
+    let shutdown = worker.shutdown_handle();
+    let running = tokio::spawn(worker.run());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let settled = |broker: &MemoryBroker| {
+        let counts = broker.counts();
+        counts.acknowledged + counts.archived
+    };
+    while settled(broker) < records && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    shutdown.shutdown();
+    match running.await {
+        Ok(summary) => summary,
+        Err(error) => panic!("the worker task failed: {error}"),
+    }
+}
+
 #[derive(Deserialize)]
 struct Sms {
     to: String,
@@ -52,22 +76,7 @@ async fn a_handler_job_runs_in_the_worker() -> crate::Result<()> {
         .dlq(dlq.clone())
         .concurrency(8)
         .build()?;
-    let shutdown = worker.shutdown_handle();
-    let running = tokio::spawn(worker.run());
-
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let settled = |broker: &MemoryBroker| {
-        let counts = broker.counts();
-        counts.acknowledged + counts.archived
-    };
-    while settled(&broker) < 20 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    shutdown.shutdown();
-    let summary = match running.await {
-        Ok(summary) => summary?,
-        Err(error) => panic!("the worker task failed: {error}"),
-    };
+    let summary = run_until_settled(worker, &broker, 20).await?;
     assert_eq!(summary.accepted, 18, "{summary:?}");
     // Offset 5 does not decode: dead-lettered without calling the handler. Offset 6 is rejected
     // by the handler (a permanent error): dead-lettered as `rejected`.
@@ -141,21 +150,7 @@ async fn a_batch_handler_job_answers_each_item_on_its_own() -> crate::Result<()>
         ))
         .concurrency(8)
         .build()?;
-    let shutdown = worker.shutdown_handle();
-    let running = tokio::spawn(worker.run());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let settled = |broker: &MemoryBroker| {
-        let counts = broker.counts();
-        counts.acknowledged + counts.archived
-    };
-    while settled(&broker) < 20 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    shutdown.shutdown();
-    let summary = match running.await {
-        Ok(summary) => summary?,
-        Err(error) => panic!("the worker task failed: {error}"),
-    };
+    let summary = run_until_settled(worker, &broker, 20).await?;
     assert_eq!(summary.accepted, 17, "{summary:?}");
     let mut letters: Vec<(i64, DlqReason)> = dlq
         .offsets()
