@@ -500,7 +500,8 @@ pub struct RouteSection {
     pub topic: String,
     /// `http`, `exec` or `noop`. Required.
     pub handler: HandlerKind,
-    /// Handlers of this route running at most (default: the worker's concurrency).
+    /// Handlers of this route running at most; of a batch route, requests in flight (default:
+    /// the worker's concurrency).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<usize>,
     /// How often this route's records may start in the whole group, e.g. `"100/s"`: each worker

@@ -1,5 +1,6 @@
 //! The route handlers: each route becomes a tower `Service<Job, Response = Outcome, Error =
-//! Infallible>`, wrapped in a `ConcurrencyLimit` when the route sets `concurrency`.
+//! Infallible>` (a batch route a `Service<Vec<Job>, Response = Vec<Outcome>>`), wrapped in a
+//! `ConcurrencyLimit` when the route sets `concurrency`: calls in flight, records or batches.
 
 mod batch;
 mod exec;
@@ -98,21 +99,23 @@ impl RouteHandler {
             RouteKind::Single(handler) => handler,
             RouteKind::Batch(batch) => {
                 let batch = Arc::new(batch);
-                return RouteServices::Batch(BoxCloneService::new(service_fn(
-                    move |jobs: Vec<Job>| {
-                        let (batch, activity) = (batch.clone(), activity.clone());
-                        async move {
-                            let calls: Vec<_> = jobs.iter().map(|_| activity.start()).collect();
-                            let outcomes = batch.handle(&jobs).await;
-                            for ((call, outcome), job) in
-                                calls.into_iter().zip(&outcomes).zip(&jobs)
-                            {
-                                call.finish(outcome, job.attempt());
-                            }
-                            Ok::<_, Infallible>(outcomes)
+                let service = service_fn(move |jobs: Vec<Job>| {
+                    let (batch, activity) = (batch.clone(), activity.clone());
+                    async move {
+                        let calls: Vec<_> = jobs.iter().map(|_| activity.start()).collect();
+                        let outcomes = batch.handle(&jobs).await;
+                        for ((call, outcome), job) in calls.into_iter().zip(&outcomes).zip(&jobs) {
+                            call.finish(outcome, job.attempt());
                         }
-                    },
-                )));
+                        Ok::<_, Infallible>(outcomes)
+                    }
+                });
+                // The route's `concurrency` bounds its requests in flight; its records are
+                // bounded by the worker's.
+                return RouteServices::Batch(match self.concurrency {
+                    Some(limit) => BoxCloneService::new(ConcurrencyLimit::new(service, limit)),
+                    None => BoxCloneService::new(service),
+                });
             }
         };
         let handler = Arc::new(handler);
