@@ -140,7 +140,7 @@ pub(crate) fn overview_live(samples: &Samples) -> Markup {
         @if !samples.lanes.is_empty() {
             h2 { "Lanes" }
             table #lanes {
-                thead { tr { th { "topic" } th.num { "priority" } th.num { "weight" } th.num { "lag" } th.num { "handled/s" } } }
+                thead { tr { th { "topic" } th.num { "priority" } th.num { "weight" } th.num { "lag" } th.num { "handled/s" } th.num { "slots now" } } }
                 tbody {
                     @for lane in &samples.lanes {
                         tr {
@@ -154,6 +154,7 @@ pub(crate) fn overview_live(samples: &Samples) -> Markup {
                                     None => "–",
                                 }
                             }
+                            td.num.slots { (optional(samples.slots.get(&lane.topic))) }
                         }
                     }
                 }

@@ -28,6 +28,8 @@ use super::dlq_index::DlqIndex;
 pub(crate) const HISTORY: usize = 120;
 /// The handler-duration histogram, as the Prometheus exporter names it.
 const HANDLER_DURATION: &str = "share_worker_handler_duration_seconds";
+/// The route slots gauge, as the Prometheus exporter names it.
+const ROUTE_SLOTS: &str = "share_worker_route_slots";
 
 /// A worker running in this process, for the embedded `/ui`.
 #[derive(Clone, Debug)]
@@ -73,6 +75,8 @@ pub(crate) struct Samples {
     /// Records handled per second by this process's worker, per topic, between the last two
     /// samples (embedded only).
     pub(crate) handled_per_s: BTreeMap<String, f64>,
+    /// The slots each route of this process's worker may hold now (embedded only).
+    pub(crate) slots: BTreeMap<String, f64>,
 }
 
 impl Samples {
@@ -165,9 +169,15 @@ pub(crate) fn spawn(
             };
             let point = point(&raw, &next, sources.worker.is_some());
             let handled_per_s = topic_rates(&raw, &next);
+            let slots = sources
+                .worker
+                .as_ref()
+                .map(|worker| gauge_by_topic(&worker.registry, ROUTE_SLOTS))
+                .unwrap_or_default();
             raw = next;
             let mut samples = lock(&samples);
             samples.handled_per_s = handled_per_s;
+            samples.slots = slots;
             match described {
                 Ok(group) => samples.group = Some(Ok(group)),
                 Err(err) => {
@@ -221,6 +231,26 @@ fn worker_counts(worker: Option<&WorkerView>) -> Raw {
         by_topic: handled_by_topic(&worker.registry),
         ..Raw::default()
     }
+}
+
+/// A gauge's value per `topic` label.
+fn gauge_by_topic(registry: &prometheus::Registry, name: &str) -> BTreeMap<String, f64> {
+    let mut values = BTreeMap::new();
+    for family in registry.gather() {
+        if family.name() != name {
+            continue;
+        }
+        for metric in family.get_metric() {
+            if let Some(topic) = metric
+                .get_label()
+                .iter()
+                .find(|label| label.name() == names::TOPIC)
+            {
+                values.insert(topic.value().to_owned(), metric.get_gauge().get_value());
+            }
+        }
+    }
+    values
 }
 
 /// The handler-duration histogram's count per `topic` label.

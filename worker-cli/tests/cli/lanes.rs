@@ -74,6 +74,9 @@ async fn lanes_are_configured_per_route_and_shown_on_the_dashboard() {
         [marketing.clone(), "1".into(), "–".into()]
     );
     assert_eq!(otp_row[..3], [otp.clone(), "0".into(), "–".into()]);
+    // 8 slots over 2 routes, each keeping a reserve of 1, and the password lane idle: each may
+    // hold 7.
+    assert_eq!((marketing_row[5].as_str(), otp_row[5].as_str()), ("7", "7"));
 
     let passwords: Vec<String> = (0..100).map(|i| format!("otp-{i}")).collect();
     let jobs = scratch.write("otp.txt", &passwords.join("\n"));

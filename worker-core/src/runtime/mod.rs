@@ -213,6 +213,26 @@ impl<S: ShareSource> Worker<S> {
         for stats in &batches {
             stats.attach(&meter);
         }
+        let shares = routes.shares();
+        let _route_slots = meter
+            .u64_observable_gauge(crate::telemetry::names::ROUTE_SLOTS)
+            .with_description(
+                "Unfinished records the route may hold now: its share of the slots (lanes move it).",
+            )
+            .with_unit("{record}")
+            .with_callback(move |observer| {
+                let shares = shares.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                for (topic, slots) in shares.iter() {
+                    observer.observe(
+                        *slots as u64,
+                        &[opentelemetry::KeyValue::new(
+                            crate::telemetry::names::TOPIC,
+                            topic.to_string(),
+                        )],
+                    );
+                }
+            })
+            .build();
         let _control_commands = config.controls.as_ref().map(|controls| {
             let counts = controls.command_counts();
             meter

@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -103,6 +103,8 @@ pub(crate) struct Routes<Svc> {
     /// The routes in the order their queues are looked at: by lane priority (routes without one
     /// last), the order of insertion within one priority.
     order: Vec<usize>,
+    /// Each route's share as last computed, for `share_worker.route.slots`.
+    shares: Arc<Mutex<Vec<(Arc<str>, usize)>>>,
 }
 
 impl<Svc> Default for Routes<Svc> {
@@ -115,6 +117,7 @@ impl<Svc> Default for Routes<Svc> {
             capacity: 1,
             lanes: false,
             order: Vec::new(),
+            shares: Arc::default(),
         }
     }
 }
@@ -368,6 +371,9 @@ impl<Svc> Routes<Svc> {
     /// Pauses the routes at their share and resumes those below it: route `only`, or (`None`)
     /// every route. Returns whether one changed.
     fn repause(&mut self, only: Option<usize>) -> bool {
+        if only.is_none() {
+            self.publish_shares();
+        }
         let routes = only.map_or(0..self.routes.len(), |r| r..r + 1);
         let mut changed = false;
         for route in routes {
@@ -383,6 +389,19 @@ impl<Svc> Routes<Svc> {
             }
         }
         changed
+    }
+
+    /// Each route's share now, as `(topic, slots)`: updated whenever the shares move (capacity,
+    /// a lane becoming busy or idle).
+    pub(crate) fn shares(&self) -> Arc<Mutex<Vec<(Arc<str>, usize)>>> {
+        self.shares.clone()
+    }
+
+    fn publish_shares(&self) {
+        let now: Vec<(Arc<str>, usize)> = (0..self.routes.len())
+            .map(|route| (self.routes[route].topic.clone(), self.share(route)))
+            .collect();
+        *self.shares.lock().unwrap_or_else(PoisonError::into_inner) = now;
     }
 
     /// Route `route`'s records not yet being acknowledged.

@@ -64,6 +64,9 @@ pub const DISPATCHER_LATENESS: &str = "share_worker.dispatcher.lateness";
 pub const GROUP_LAG: &str = "share_worker.group.lag";
 /// 1 while a route's topic is paused fleet-wide by the control topic, else 0 (gauge; `topic`).
 pub const ROUTE_PAUSED: &str = "share_worker.route.paused";
+/// The unfinished records a route may hold now: its share of the slots, which lanes move with
+/// the work of the other lanes (gauge; `topic`).
+pub const ROUTE_SLOTS: &str = "share_worker.route.slots";
 /// Commands read from the control topic (counter; `result`: `obeyed`, `refused`).
 pub const CONTROL_COMMANDS: &str = "share_worker.control.commands";
 /// Records per call of a batch handler (histogram; `topic`).
@@ -89,7 +92,7 @@ pub const PARTITION: &str = "partition";
 pub const LIMIT: &str = "limit";
 
 /// Every metric the worker and [`LagMonitor`](super::LagMonitor) record, in the order above.
-pub const ALL: [&str; 26] = [
+pub const ALL: [&str; 27] = [
     RECORDS_FETCHED,
     RECORDS_COMPLETED,
     HANDLER_DURATION,
@@ -114,6 +117,7 @@ pub const ALL: [&str; 26] = [
     DISPATCHER_LATENESS,
     GROUP_LAG,
     ROUTE_PAUSED,
+    ROUTE_SLOTS,
     CONTROL_COMMANDS,
     BATCH_SIZE,
 ];

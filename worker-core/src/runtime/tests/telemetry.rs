@@ -541,3 +541,54 @@ async fn the_paused_gauge_and_the_command_counter_follow_the_controls() {
     shutdown.shutdown();
     run.await.unwrap().unwrap();
 }
+
+/// The slots gauge follows the lanes: while the password lane has records that run, the
+/// marketing lane's share is its floor; once they are done it may use every slot but a reserve.
+#[tokio::test(start_paused = true)]
+async fn the_slots_gauge_follows_the_lanes() {
+    let metrics = Metrics::new();
+    let broker = MemoryBroker::new();
+    for i in 0..4 {
+        broker.produce("otp", format!("{i}"));
+    }
+    let release = Arc::new(AtomicBool::new(false));
+    let held = release.clone();
+    let worker = Worker::builder(broker.member("w"))
+        .add_route(
+            Route::new(
+                "otp",
+                handler(move |_| {
+                    let held = held.clone();
+                    async move {
+                        while !held.load(Ordering::SeqCst) {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                        Outcome::Accept
+                    }
+                }),
+            )
+            .priority(0),
+        )
+        .add_route(Route::new("marketing", handler(|_| async { Outcome::Accept })).priority(1))
+        .concurrency(32)
+        .meter(metrics.meter())
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let slots = |metrics: &Metrics, topic: &str| {
+        total(&metrics.collect(), names::ROUTE_SLOTS, &[("topic", topic)]).0
+    };
+    wait_until(Duration::from_secs(10), "the passwords running", || {
+        slots(&metrics, "marketing") == 4.0
+    })
+    .await;
+    assert_eq!(slots(&metrics, "otp"), 28.0, "a higher lane never yields");
+    release.store(true, Ordering::SeqCst);
+    wait_until(Duration::from_secs(10), "the passwords done", || {
+        broker.counts().acknowledged == 4 && slots(&metrics, "marketing") == 28.0
+    })
+    .await;
+    shutdown.shutdown();
+    run.await.unwrap().unwrap();
+}
