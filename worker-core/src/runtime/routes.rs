@@ -39,6 +39,9 @@ impl RouteLimits {
     }
 }
 
+/// Each route's topic and share of the slots, as last computed.
+pub(crate) type Shares = Arc<Mutex<Vec<(Arc<str>, usize)>>>;
+
 /// Which route a topic belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Lookup {
@@ -104,7 +107,7 @@ pub(crate) struct Routes<Svc> {
     /// last), the order of insertion within one priority.
     order: Vec<usize>,
     /// Each route's share as last computed, for `share_worker.route.slots`.
-    shares: Arc<Mutex<Vec<(Arc<str>, usize)>>>,
+    shares: Shares,
 }
 
 impl<Svc> Default for Routes<Svc> {
@@ -393,7 +396,7 @@ impl<Svc> Routes<Svc> {
 
     /// Each route's share now, as `(topic, slots)`: updated whenever the shares move (capacity,
     /// a lane becoming busy or idle).
-    pub(crate) fn shares(&self) -> Arc<Mutex<Vec<(Arc<str>, usize)>>> {
+    pub(crate) fn shares(&self) -> Shares {
         self.shares.clone()
     }
 
