@@ -179,23 +179,32 @@ where
 }
 
 /// Runs one batch: every record gets the outcome at its index; a response of the wrong length or
-/// a panic retries them all, saying why. A batch whose records all stopped waiting (their job
-/// timeout passed) is dropped unfinished, as a single handler is.
+/// a panic retries them all, saying why. Records that stopped waiting before the call (their job
+/// timeout passed, or shutdown released them) are left out of it, so a record the broker will
+/// deliver again is not sent now too; a batch whose records all stopped waiting meanwhile is
+/// dropped unfinished, as a single handler is.
 async fn run_batch<T>(service: T, batch: Filling, stats: Arc<BatchStats>)
 where
     T: Service<Vec<Job>, Response = Vec<Outcome>, Error = Infallible> + Send + 'static,
     T::Future: Send + 'static,
 {
-    let Filling {
-        jobs, mut replies, ..
-    } = batch;
+    let (jobs, mut replies): (Vec<Job>, Vec<oneshot::Sender<Outcome>>) = batch
+        .jobs
+        .into_iter()
+        .zip(batch.replies)
+        .filter(|(_, reply)| !reply.is_closed())
+        .unzip();
     let size = jobs.len();
+    if size == 0 {
+        return;
+    }
     stats.sent(size);
     let call = AssertUnwindSafe(service.oneshot(jobs)).catch_unwind();
     let everyone_gone = futures::future::join_all(replies.iter_mut().map(|r| r.closed()));
     let answered = tokio::select! {
-        answered = call => answered,
+        biased;
         _ = everyone_gone => return,
+        answered = call => answered,
     };
     let outcomes = match answered {
         Ok(Ok(outcomes)) if outcomes.len() == size => outcomes,

@@ -210,6 +210,33 @@ async fn a_batch_whose_records_all_gave_up_is_dropped() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_record_that_stopped_waiting_before_the_call_is_left_out_of_it() {
+    let calls = Calls::default();
+    let (mut batcher, stats) = batcher(
+        bulk(&calls, |o| vec![Outcome::Accept; o.len()]),
+        Batch::new(10, Duration::from_millis(100)),
+    );
+    let released = batcher.call(job(0, None));
+    let waiting = batcher.call(job(1, None));
+    drop(released);
+    assert_eq!(waiting.await.unwrap(), Outcome::Accept);
+    assert_eq!(
+        calls.taken(),
+        vec![vec![1]],
+        "the released record is not sent"
+    );
+    let gone = batcher.call(job(2, None));
+    drop(gone);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        calls.taken().len(),
+        1,
+        "a batch nobody waits for is not sent"
+    );
+    assert_eq!(stats.counts(), (1, 0));
+}
+
 #[test]
 fn a_batch_of_no_record_or_too_many_is_refused() {
     assert!(Batch::new(0, Duration::ZERO).check().is_err());
