@@ -133,6 +133,43 @@ pub async fn read_all_at(bootstrap: &str, topic: String) -> anyhow::Result<Vec<O
     .await?
 }
 
+/// The committed records of partition 0 of `topic` on the broker at `bootstrap`, read to its
+/// end: a transaction's commit marker takes an offset of its own, so the read ends at the
+/// consumer's position, not at a record count (30 s at most).
+pub async fn read_committed_at(bootstrap: &str, topic: &str) -> anyhow::Result<Vec<OwnedMessage>> {
+    let (bootstrap, topic) = (bootstrap.to_owned(), topic.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = client_config_at(&bootstrap)
+            .set("group.id", unique("reader"))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .create()?;
+        let (_, end) = consumer.fetch_watermarks(&topic, 0, Duration::from_secs(10))?;
+        let mut assignment = TopicPartitionList::new();
+        assignment.add_partition_offset(&topic, 0, Offset::Beginning)?;
+        consumer.assign(&assignment)?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut out = Vec::new();
+        loop {
+            let at = consumer
+                .position()?
+                .find_partition(&topic, 0)
+                .map(|p| p.offset());
+            if end == 0 || matches!(at, Some(Offset::Offset(at)) if at >= end) {
+                return Ok(out);
+            }
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "{topic} read to {at:?} of {end} within 30 s"
+            );
+            if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+                out.push(message?.detach());
+            }
+        }
+    })
+    .await?
+}
+
 /// The value of the last header `key` of `message`, as text (lossy).
 pub fn header(message: &OwnedMessage, key: &str) -> Option<String> {
     message

@@ -119,6 +119,9 @@ pub(crate) async fn run(
     if let Some(fleet) = rate_fleet(&config, &security).await? {
         builder = builder.fleet(fleet);
     }
+    if let Some(cron) = config.cron_scheduler()? {
+        builder = builder.cron(cron);
+    }
     for (section, handler) in routes {
         let route = match (handler.into_services(activity.clone()), &section.batch) {
             (RouteServices::Batch(service), Some(batch)) => {

@@ -63,6 +63,34 @@ pub(crate) async fn setup(
         }
     }
     let group = &config.worker.group;
+    if !config.crons.is_empty() {
+        let topic = worker_core::cron::CronScheduler::topic_of(group);
+        match existing.get(&topic) {
+            Some(n) => println!("topic {topic}: exists ({n} partitions)"),
+            None => {
+                // One partition: its one assignee fires. Compacted: the last firing of each
+                // schedule is all the next firer needs.
+                admin
+                    .create_topic_with_configs(
+                        &topic,
+                        1,
+                        replication,
+                        &[("cleanup.policy", "compact")],
+                    )
+                    .await
+                    .with_context(|| format!("creating cron topic {topic}"))?;
+                println!(
+                    "topic {topic}: created (cron topic: 1 partition, compacted, replication {replication})"
+                );
+            }
+        }
+        // A firing aborted halfway leaves its job record in the log: the workers read committed.
+        admin
+            .set_group_config(group, "share.isolation.level", "read_committed")
+            .await
+            .with_context(|| format!("setting share.isolation.level on group {group}"))?;
+        println!("group {group}: share.isolation.level = read_committed");
+    }
     let reset = config.worker.auto_offset_reset.as_str();
     admin
         .set_group_config(group, "share.auto.offset.reset", reset)

@@ -59,6 +59,7 @@ extern crate self as worker_core;
 
 pub mod checks;
 pub mod control;
+pub mod cron;
 pub mod defaults;
 pub mod delay;
 pub mod dlq;

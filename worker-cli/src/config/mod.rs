@@ -74,11 +74,11 @@ use worker_core::{Error, ErrorKind, Job, Outcome, Result, WorkerBuilder};
 pub use env::ENV_PREFIX;
 pub use error::ConfigError;
 pub use model::{
-    BatchFormat, BatchSection, BreakerSection, Config, ControlSection, DEFAULT_DLQ_TOPIC,
-    DEFAULT_ENV_PASS, DEFAULT_ROUTE_TIMEOUT, DelaySection, DlqMode, DlqSection, HandlerKind,
-    KafkaSection, LogFormat, MIN_UI_TOKEN_CHARS, OauthSection, OffsetReset, OnRedirect,
-    OnUnreadable, RECORD_ENV_PREFIX, RetrySection, RouteSection, SaslMechanism, SaslSection,
-    TelemetrySection, TlsSection, UiSection, WorkerSection,
+    BatchFormat, BatchSection, BreakerSection, CatchUpSetting, Config, ControlSection, CronSection,
+    DEFAULT_DLQ_TOPIC, DEFAULT_ENV_PASS, DEFAULT_ROUTE_TIMEOUT, DelaySection, DlqMode, DlqSection,
+    HandlerKind, KafkaSection, LogFormat, MIN_UI_TOKEN_CHARS, OauthSection, OffsetReset,
+    OnRedirect, OnUnreadable, RECORD_ENV_PREFIX, RetrySection, RouteSection, SaslMechanism,
+    SaslSection, TelemetrySection, TlsSection, UiSection, WorkerSection,
 };
 
 use env::EnvOverride;
@@ -174,6 +174,24 @@ impl Config {
             }
         }
         out
+    }
+
+    /// The group's periodic jobs (`[[cron]]`), secured by [`Config::security`]; `None` without
+    /// any.
+    pub fn cron_scheduler(&self) -> Result<Option<worker_core::cron::CronScheduler>> {
+        if self.crons.is_empty() {
+            return Ok(None);
+        }
+        let mut scheduler = worker_core::cron::CronScheduler::new(
+            self.kafka.bootstrap.clone(),
+            self.worker.group.clone(),
+        )
+        .security(self.security()?)
+        .client_id(self.kafka.client_id.clone());
+        for cron in &self.crons {
+            scheduler = scheduler.job(cron.job()?);
+        }
+        Ok(Some(scheduler))
     }
 
     /// The group's control topic: `control.topic` with `{group}` replaced, or `{group}.control`

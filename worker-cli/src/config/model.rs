@@ -1,5 +1,6 @@
 //! The serde model of the TOML file: one struct per table, kebab-case keys, unknown keys refused.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -43,6 +44,92 @@ pub struct Config {
     /// `[[route]]`: one per topic, at least one.
     #[serde(rename = "route")]
     pub routes: Vec<RouteSection>,
+    /// `[[cron]]`: periodic jobs the group enqueues, each tick once across the fleet.
+    #[serde(default, rename = "cron", skip_serializing_if = "Vec::is_empty")]
+    pub crons: Vec<CronSection>,
+}
+
+/// One `[[cron]]`: a periodic job.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[non_exhaustive]
+pub struct CronSection {
+    /// Its name (1 to 32 of a-z A-Z 0-9 . _ -): its job ids are `cron:{name}:{tick}`. Required.
+    pub name: String,
+    /// Every this long (ticks on its multiples since the Unix epoch). This or `schedule`.
+    #[serde(
+        default,
+        with = "duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub every: Option<Duration>,
+    /// A cron expression (5 fields, or 6 with seconds first). This or `every`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+    /// The IANA time zone `schedule` is evaluated in (default UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    /// Where each firing's record goes. Required.
+    pub topic: String,
+    /// The record's payload (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
+    /// The record's key (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The record's headers (default: none besides `share.job-id`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Ticks missed while no worker ran: `once` fires the latest of them (default), `skip` none.
+    #[serde(default)]
+    pub catch_up: CatchUpSetting,
+}
+
+/// `catch-up` of a `[[cron]]`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CatchUpSetting {
+    /// Fire the latest missed tick once.
+    #[default]
+    Once,
+    /// Skip missed ticks.
+    Skip,
+}
+
+impl CronSection {
+    /// The library's job these settings describe, or what is wrong with them.
+    pub fn job(&self) -> worker_core::Result<worker_core::cron::CronJob> {
+        use worker_core::cron::{CatchUp, CronJob, Schedule};
+        let schedule = match (&self.every, &self.schedule) {
+            (Some(every), None) => Schedule::every(*every)?,
+            (None, Some(expression)) => {
+                Schedule::cron(expression, self.timezone.as_deref().unwrap_or("UTC"))?
+            }
+            _ => {
+                return Err(worker_core::Error::new(
+                    worker_core::ErrorKind::Config,
+                    "expected `every` or `schedule`, one of them",
+                ));
+            }
+        };
+        let mut job = CronJob::new(self.name.clone(), schedule, self.topic.clone()).catch_up(
+            match self.catch_up {
+                CatchUpSetting::Once => CatchUp::Once,
+                CatchUpSetting::Skip => CatchUp::Skip,
+            },
+        );
+        if let Some(payload) = &self.payload {
+            job = job.payload(payload.clone().into_bytes());
+        }
+        if let Some(key) = &self.key {
+            job = job.key(key.clone().into_bytes());
+        }
+        for (key, value) in &self.headers {
+            job = job.header(key.clone(), value.clone().into_bytes());
+        }
+        job.check()?;
+        Ok(job)
+    }
 }
 
 /// `[kafka]`.

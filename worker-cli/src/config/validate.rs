@@ -126,6 +126,30 @@ pub(crate) fn check(config: &Config) -> Result<(), Invalid> {
     if config.routes.is_empty() {
         return Err(bad(&["route"], "expected at least one [[route]]"));
     }
+    let mut names = HashSet::new();
+    for (index, cron) in config.crons.iter().enumerate() {
+        let at = |key: &str| vec!["cron".to_owned(), index.to_string(), key.to_owned()];
+        if cron.timezone.is_some() && cron.schedule.is_none() {
+            return Err((at("timezone"), "applies with `schedule` only".to_owned()));
+        }
+        if let Err(err) = cron.job() {
+            let message = err.message();
+            let key = ["name", "topic", "every", "schedule", "timezone"]
+                .into_iter()
+                .find(|key| message.contains(&format!("`{key}`")))
+                .unwrap_or("name");
+            let why = message
+                .split_once(&format!("`{key}`: "))
+                .map_or(message, |(_, why)| why);
+            return Err((at(key), why.to_owned()));
+        }
+        if !names.insert(cron.name.as_str()) {
+            return Err((
+                at("name"),
+                format!("{:?}: two [[cron]] have this name", cron.name),
+            ));
+        }
+    }
     let mut topics = HashSet::new();
     for (index, route) in config.routes.iter().enumerate() {
         check_route(route).map_err(|(key, message)| {

@@ -247,6 +247,7 @@ impl Dashboard {
                         weight: route.weight,
                     })
                     .collect(),
+                cron: config.cron_scheduler()?,
             },
             every,
             samples.clone(),

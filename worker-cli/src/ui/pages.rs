@@ -160,6 +160,24 @@ pub(crate) fn overview_live(samples: &Samples) -> Markup {
                 }
             }
         }
+        @if !samples.schedules.is_empty() || samples.schedules_error.is_some() {
+            h2 { "Periodic jobs" }
+            @if let Some(why) = &samples.schedules_error { p.error { "reading the firings: " (why) } }
+            table #schedules {
+                thead { tr { th { "name" } th { "schedule" } th { "topic" } th { "last firing (UTC)" } th { "next firing (UTC)" } } }
+                tbody {
+                    @for job in &samples.schedules {
+                        tr {
+                            td.name { (job.name) }
+                            td { (job.when) }
+                            td { (job.topic) }
+                            td.last { (utc_time(job.last)) }
+                            td.next { (utc_time(job.next)) }
+                        }
+                    }
+                }
+            }
+        }
         h2 { "Partitions" }
         table #partitions {
             thead { tr { th { "topic" } th.num { "partition" } th.num { "start offset" } th.num { "lag" } } }
@@ -218,6 +236,23 @@ fn charts(samples: &Samples) -> Markup {
             (chart("chart-dead", "Dead letters written", "/s", &[dead]))
         }
     }
+}
+
+/// Milliseconds since the epoch as `2026-12-05 14:30:40`, or `–`.
+fn utc_time(millis: Option<i64>) -> String {
+    millis
+        .and_then(|ms| u64::try_from(ms).ok())
+        .map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+        .map_or_else(
+            || "–".to_owned(),
+            |at| {
+                humantime::format_rfc3339_seconds(at)
+                    .to_string()
+                    .replacen('T', " ", 1)
+                    .trim_end_matches('Z')
+                    .to_owned()
+            },
+        )
 }
 
 fn optional(v: Option<impl std::fmt::Display>) -> String {

@@ -17,6 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
+use worker_core::cron::CronScheduler;
 use worker_core::kafka::{Admin, PartitionOffsets, ShareGroupDescription};
 use worker_core::runtime::WorkerHealth;
 use worker_core::security::Security;
@@ -52,6 +53,19 @@ pub(crate) struct Point {
     pub(crate) p99_ms: Option<f64>,
 }
 
+/// A periodic job as the overview shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ScheduleView {
+    pub(crate) name: String,
+    /// The schedule as configured (`every 10s`, `"0 9 * * *" in Europe/Berlin`).
+    pub(crate) when: String,
+    pub(crate) topic: String,
+    /// Its last firing (ms since the epoch), if any.
+    pub(crate) last: Option<i64>,
+    /// Its next tick (ms since the epoch).
+    pub(crate) next: Option<i64>,
+}
+
 /// A route that is a lane (has a priority or a weight), as configured.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Lane {
@@ -77,6 +91,10 @@ pub(crate) struct Samples {
     pub(crate) handled_per_s: BTreeMap<String, f64>,
     /// The slots each route of this process's worker may hold now (embedded only).
     pub(crate) slots: BTreeMap<String, f64>,
+    /// The periodic jobs with their last and next firings, as last read.
+    pub(crate) schedules: Vec<ScheduleView>,
+    /// Why the last read of the firings failed, if it did.
+    pub(crate) schedules_error: Option<String>,
 }
 
 impl Samples {
@@ -123,6 +141,8 @@ pub(crate) struct Sources {
     pub(crate) dlq: Arc<Vec<DlqIndex>>,
     pub(crate) worker: Option<WorkerView>,
     pub(crate) lanes: Vec<Lane>,
+    /// The group's periodic jobs, whose firings are read from the cron topic.
+    pub(crate) cron: Option<CronScheduler>,
 }
 
 /// Samples every `every` into `samples` until aborted.
@@ -169,6 +189,10 @@ pub(crate) fn spawn(
             };
             let point = point(&raw, &next, sources.worker.is_some());
             let handled_per_s = topic_rates(&raw, &next);
+            let schedules = match &sources.cron {
+                Some(cron) => Some(schedules(cron.clone(), every).await),
+                None => None,
+            };
             let slots = sources
                 .worker
                 .as_ref()
@@ -178,6 +202,14 @@ pub(crate) fn spawn(
             let mut samples = lock(&samples);
             samples.handled_per_s = handled_per_s;
             samples.slots = slots;
+            match schedules {
+                Some(Ok(schedules)) => {
+                    samples.schedules = schedules;
+                    samples.schedules_error = None;
+                }
+                Some(Err(why)) => samples.schedules_error = Some(why),
+                None => {}
+            }
             match described {
                 Ok(group) => samples.group = Some(Ok(group)),
                 Err(err) => {
@@ -231,6 +263,31 @@ fn worker_counts(worker: Option<&WorkerView>) -> Raw {
         by_topic: handled_by_topic(&worker.registry),
         ..Raw::default()
     }
+}
+
+/// Each job of `cron` with its last firing (read from the cron topic, within `limit`) and its
+/// next tick.
+async fn schedules(cron: CronScheduler, limit: Duration) -> Result<Vec<ScheduleView>, String> {
+    let reader = cron.clone();
+    let firings = tokio::task::spawn_blocking(move || reader.read_firings(limit))
+        .await
+        .map_err(|err| err.to_string())?
+        .map_err(|err| err.to_string())?;
+    let now = SystemTime::now();
+    Ok(cron
+        .jobs()
+        .iter()
+        .map(|job| {
+            let schedule = job.schedule();
+            ScheduleView {
+                name: job.name().to_owned(),
+                when: format!("{schedule:?}"),
+                topic: job.topic().to_owned(),
+                last: firings.get(job.name()).copied(),
+                next: schedule.latest(now).and_then(|t| schedule.next_after(t)),
+            }
+        })
+        .collect())
 }
 
 /// A gauge's value per `topic` label.

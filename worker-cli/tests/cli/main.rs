@@ -11,6 +11,7 @@ mod broker_dlq;
 mod cancel;
 mod check;
 mod control;
+mod cron;
 mod handlers;
 mod https;
 mod image;

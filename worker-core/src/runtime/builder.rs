@@ -35,6 +35,9 @@ pub struct WorkerBuilder<S> {
     routes: Vec<Route>,
     /// The delay topic template, applied at `build` with the sink.
     delay_topic: DelayTopic,
+    /// The group's periodic jobs.
+    #[cfg(feature = "rdkafka")]
+    cron: Option<crate::cron::CronScheduler>,
 }
 
 impl<S: ShareSource> WorkerBuilder<S> {
@@ -45,7 +48,17 @@ impl<S: ShareSource> WorkerBuilder<S> {
             meter: None,
             routes: Vec::new(),
             delay_topic: DelayTopic::default(),
+            #[cfg(feature = "rdkafka")]
+            cron: None,
         }
+    }
+
+    /// Takes part in firing the group's periodic jobs ([`cron`](crate::cron)): every worker
+    /// given the scheduler joins the election, one at a time fires each tick. Default: none.
+    #[cfg(feature = "rdkafka")]
+    pub fn cron(mut self, scheduler: crate::cron::CronScheduler) -> Self {
+        self.cron = Some(scheduler);
+        self
     }
 
     /// Routes a job definition (a `#[handler]` fn, or [`define_job`](crate::handler::define_job))
@@ -293,6 +306,10 @@ impl<S: ShareSource> WorkerBuilder<S> {
     /// setting that is wrong.
     pub fn build(self) -> Result<Worker<S>> {
         self.config.validate()?;
+        #[cfg(feature = "rdkafka")]
+        if let Some(cron) = &self.cron {
+            cron.check()?;
+        }
         let mut routes = Routes::default();
         let mut batches = Vec::new();
         for route in self.routes {
@@ -344,6 +361,8 @@ impl<S: ShareSource> WorkerBuilder<S> {
             shutdown: ShutdownHandle::new(),
             health: super::WorkerHealth::new(),
             batches,
+            #[cfg(feature = "rdkafka")]
+            cron: self.cron,
             meter: self
                 .meter
                 .unwrap_or_else(|| opentelemetry::global::meter(crate::telemetry::METER_NAME)),

@@ -152,6 +152,9 @@ pub struct Worker<S> {
     meter: Meter,
     /// The batch routes' counts.
     batches: Vec<Arc<batch::BatchStats>>,
+    /// The group's periodic jobs, fired while the worker runs.
+    #[cfg(feature = "rdkafka")]
+    cron: Option<crate::cron::CronScheduler>,
 }
 
 impl<S: ShareSource> Worker<S> {
@@ -190,6 +193,8 @@ impl<S: ShareSource> Worker<S> {
             health,
             meter,
             batches,
+            #[cfg(feature = "rdkafka")]
+            cron,
         } = self;
         let limit = match startup::probe(&source, &config, &routes).await {
             Ok(found) => {
@@ -260,7 +265,21 @@ impl<S: ShareSource> Worker<S> {
             metrics,
             health,
         );
+        #[cfg(feature = "rdkafka")]
+        let cron = cron.map(|scheduler| {
+            let stop = shutdown.token().child_token();
+            let stopping = stop.clone();
+            let thread = tokio::task::spawn_blocking(move || scheduler.run_blocking(&stopping));
+            (stop, thread)
+        });
         let (mut summary, fatal) = dispatcher.run().await;
+        #[cfg(feature = "rdkafka")]
+        if let Some((stop, thread)) = cron {
+            stop.cancel();
+            if thread.await.is_err() {
+                tracing::error!("cron: the scheduler's thread panicked");
+            }
+        }
         for (calls, failed) in batches.iter().map(|stats| stats.counts()) {
             summary.batches += calls;
             summary.failed_batches += failed;

@@ -239,6 +239,14 @@ impl ClientContext for KafkaContext {
 
 impl ConsumerContext for KafkaContext {}
 
+/// A producer whose sends are settled by a flush or a transaction's commit, not one by one (the
+/// periodic jobs' transactional producer).
+impl rdkafka::producer::ProducerContext for KafkaContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, _report: &rdkafka::message::DeliveryResult<'_>, _opaque: ()) {}
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;

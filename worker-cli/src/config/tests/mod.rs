@@ -982,6 +982,53 @@ fn broken_limits_and_delays_name_the_key_and_the_line() {
             11,
             "unknown",
         ),
+        // [[cron]]: the table starts on line 11, its keys from line 12.
+        (
+            route("[[cron]]\nname = \"r\"\ntopic = \"t\"\n"),
+            "cron[0].every",
+            11,
+            "expected `every` or `schedule`, one of them",
+        ),
+        (
+            route("[[cron]]\nname = \"r\"\ntopic = \"t\"\nevery = \"500ms\"\n"),
+            "cron[0].every",
+            14,
+            "expected at least 1s",
+        ),
+        (
+            route("[[cron]]\nname = \"r\"\ntopic = \"t\"\nschedule = \"at noon\"\n"),
+            "cron[0].schedule",
+            14,
+            "not a cron expression",
+        ),
+        (
+            route(
+                "[[cron]]\nname = \"r\"\ntopic = \"t\"\nschedule = \"0 9 * * *\"\ntimezone = \"Mars\"\n",
+            ),
+            "cron[0].timezone",
+            15,
+            "not an IANA time zone",
+        ),
+        (
+            route("[[cron]]\nname = \"r\"\ntopic = \"t\"\nevery = \"1m\"\ntimezone = \"UTC\"\n"),
+            "cron[0].timezone",
+            15,
+            "applies with `schedule` only",
+        ),
+        (
+            route("[[cron]]\nname = \"a report\"\ntopic = \"t\"\nevery = \"1m\"\n"),
+            "cron[0].name",
+            12,
+            "expected 1 to 32 of a-z A-Z 0-9 . _ -",
+        ),
+        (
+            route(
+                "[[cron]]\nname = \"r\"\ntopic = \"t\"\nevery = \"1m\"\n[[cron]]\nname = \"r\"\ntopic = \"u\"\nevery = \"1m\"\n",
+            ),
+            "cron[1].name",
+            16,
+            "two [[cron]] have this name",
+        ),
     ];
     for (text, key, line, says) in cases {
         let err = match parse(&text) {

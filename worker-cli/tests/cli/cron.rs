@@ -1,0 +1,180 @@
+//! Periodic jobs in the binary: three `share-worker run` processes of one group, a 10-second
+//! `[[cron]]` over two minutes, and the firing process SIGKILLed twice: every tick is fired
+//! once, none missed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::process::Child;
+
+use crate::support::*;
+
+const FIRES: &str = "cron: this worker fires the group's schedules";
+
+/// How many times `log` says its worker became the firer.
+fn became_firer(log: &PathBuf) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .matches(FIRES)
+        .count()
+}
+
+/// The ticks of job `name` fired on `topic` (read committed), with how often each was.
+async fn ticks(topic: &str, name: &str) -> BTreeMap<i64, usize> {
+    let prefix = format!("cron:{name}:");
+    let mut ticks = BTreeMap::new();
+    let records = tests::read_committed_at(&bootstrap(), topic)
+        .await
+        .unwrap_or_else(|err| panic!("reading {topic}: {err:#}"));
+    for record in records {
+        let id = tests::header(&record, "share.job-id").expect("a job id");
+        let tick: i64 = id
+            .strip_prefix(&prefix)
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("job id {id:?}"));
+        *ticks.entry(tick).or_default() += 1;
+    }
+    ticks
+}
+
+/// Waits until one of the living workers (not in `dead`) became the firer more often than
+/// `before` says (the counts of [`became_firer`] then), and returns it.
+async fn next_firer(logs: &[PathBuf], dead: &[usize], before: &[usize]) -> usize {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(firer) =
+            (0..logs.len()).find(|i| !dead.contains(i) && became_firer(&logs[*i]) > before[*i])
+        {
+            return firer;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no worker took over firing within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until `topic` holds `count` more firings than `from`.
+async fn more_ticks(topic: &str, from: usize, count: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while ticks(topic, "every-10s").await.len() < from + count {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{count} more firings did not come within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_schedule_fires_each_tick_once_while_its_firer_is_killed_twice() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-cron");
+    let group = unique("cli-cron-group");
+    let toml = config(&group, &topic, "handler = \"noop\"")
+        + &format!(
+            "\n[[cron]]\nname = \"every-10s\"\nevery = \"10s\"\ntopic = \"{topic}\"\npayload = '{{\"report\":\"daily\"}}'\n"
+        );
+    let cfg = scratch.write("worker.toml", &toml);
+    let cfg = cfg.to_str().expect("utf-8 path");
+    let out = share_worker(&["setup", "--config", cfg, "--partitions", "1"], &[]).await;
+    assert_ok(&out, "setup");
+    assert!(
+        text(&out.stdout).contains("share.isolation.level = read_committed"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let logs: Vec<PathBuf> = (0..3)
+        .map(|i| scratch.0.join(format!("run-{i}.log")))
+        .collect();
+    let mut workers: Vec<Option<Child>> = logs
+        .iter()
+        .map(|log| Some(spawn(&["run", "--config", cfg], log)))
+        .collect();
+    let mut dead = Vec::new();
+    let mut before = vec![0; 3];
+    for _ in 0..2 {
+        let firer = next_firer(&logs, &dead, &before).await;
+        let fired = ticks(&topic, "every-10s").await.len();
+        more_ticks(&topic, fired, 4).await;
+        before = logs.iter().map(became_firer).collect();
+        let mut killed = workers[firer].take().expect("a living firer");
+        killed.start_kill().expect("SIGKILL the firer");
+        killed.wait().await.expect("the killed worker's status");
+        dead.push(firer);
+    }
+    next_firer(&logs, &dead, &before).await;
+    let fired = ticks(&topic, "every-10s").await.len();
+    more_ticks(&topic, fired, 4).await;
+
+    // The dashboard shows the schedule with its last firing, read from the cron topic, and the
+    // tick after it.
+    let port = reserve_port();
+    let dashboard = toml.replace(
+        "[dlq]",
+        &format!("[ui]\nlisten = \"127.0.0.1:{port}\"\nsample-every = \"1s\"\n\n[dlq]"),
+    );
+    let dashboard = scratch.write("dashboard.toml", &dashboard);
+    let _ui = spawn(
+        &["ui", "--config", dashboard.to_str().expect("utf-8 path")],
+        &scratch.0.join("ui.log"),
+    );
+    let overview = format!("http://127.0.0.1:{port}/ui/live/overview");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let last = *ticks(&topic, "every-10s")
+            .await
+            .keys()
+            .last()
+            .expect("a tick");
+        let page = get(&overview)
+            .await
+            .map(|(_, body)| body)
+            .unwrap_or_default();
+        let shown = |class: &str| {
+            page.split(&format!("<td class=\"{class}\">"))
+                .nth(1)
+                .and_then(|rest| rest.split("</td>").next())
+                .map(str::to_owned)
+        };
+        let time = |ms: i64| {
+            humantime::format_rfc3339_seconds(
+                std::time::UNIX_EPOCH + Duration::from_millis(ms as u64),
+            )
+            .to_string()
+            .replacen('T', " ", 1)
+            .trim_end_matches('Z')
+            .to_owned()
+        };
+        if page.contains("<td class=\"name\">every-10s</td>")
+            && shown("last") == Some(time(last))
+            && shown("next") == Some(time(last + 10_000))
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the dashboard never showed the last firing {last} and the next; last page: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for worker in workers.iter_mut().filter_map(Option::take) {
+        terminate(worker).await;
+    }
+
+    let ticks = ticks(&topic, "every-10s").await;
+    let twice: Vec<_> = ticks.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "ticks fired twice: {twice:?}");
+    let first = *ticks.keys().next().expect("a tick");
+    let last = *ticks.keys().last().expect("a tick");
+    let every: Vec<i64> = (first..=last).step_by(10_000).collect();
+    let fired: Vec<i64> = ticks.keys().copied().collect();
+    assert_eq!(fired, every, "a tick was missed");
+    assert!(fired.len() >= 12, "two minutes of ticks: {fired:?}");
+    for tick in &fired {
+        assert_eq!(tick % 10_000, 0, "ticks fall on multiples of 10 s");
+    }
+}
