@@ -34,6 +34,8 @@ mod docs {
     struct Lanes;
     #[doc = include_str!("../../docs/batches.md")]
     struct Batches;
+    #[doc = include_str!("../../docs/cron.md")]
+    struct Cron;
 }
 
 pub mod email;

@@ -15,7 +15,10 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Meter};
 use std::time::{Duration, Instant, SystemTime};
 
 use rdkafka::ClientConfig;
@@ -60,6 +63,8 @@ pub struct CronScheduler {
     firings: Firings,
     /// Whether this worker fires now.
     firing: Arc<AtomicBool>,
+    /// `share_worker.cron.firings`, once the worker runs.
+    fired: Arc<OnceLock<Counter<u64>>>,
 }
 
 impl std::fmt::Debug for CronScheduler {
@@ -83,6 +88,7 @@ impl CronScheduler {
             jobs: Vec::new(),
             firings: Arc::default(),
             firing: Arc::default(),
+            fired: Arc::default(),
         }
     }
 
@@ -165,6 +171,16 @@ impl CronScheduler {
             }
         }
         Ok(firings)
+    }
+
+    /// Counts its firings with the worker's `meter`.
+    pub(crate) fn attach(&self, meter: &Meter) {
+        let _ = self.fired.set(
+            meter
+                .u64_counter(crate::telemetry::names::CRON_FIRINGS)
+                .with_description("Ticks of a periodic job this worker fired.")
+                .build(),
+        );
     }
 
     /// Whether this worker (this scheduler or a clone of it) fires the group's schedules now.
@@ -269,6 +285,15 @@ impl CronScheduler {
             match firer.fire(job, tick, &self.topic()) {
                 Ok(()) => {
                     self.lock_firings().insert(job.name().to_owned(), tick);
+                    if let Some(fired) = self.fired.get() {
+                        fired.add(
+                            1,
+                            &[KeyValue::new(
+                                crate::telemetry::names::JOB,
+                                job.name().to_owned(),
+                            )],
+                        );
+                    }
                     tracing::info!(job = job.name(), tick, "cron: fired");
                 }
                 Err(err) => {

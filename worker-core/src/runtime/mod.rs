@@ -267,6 +267,7 @@ impl<S: ShareSource> Worker<S> {
         );
         #[cfg(feature = "rdkafka")]
         let cron = cron.map(|scheduler| {
+            scheduler.attach(&meter);
             let stop = shutdown.token().child_token();
             let stopping = stop.clone();
             let thread = tokio::task::spawn_blocking(move || scheduler.run_blocking(&stopping));

@@ -67,6 +67,8 @@ pub const ROUTE_PAUSED: &str = "share_worker.route.paused";
 /// The unfinished records a route may hold now: its share of the slots, which lanes move with
 /// the work of the other lanes (gauge; `topic`).
 pub const ROUTE_SLOTS: &str = "share_worker.route.slots";
+/// Ticks of a periodic job this worker fired (counter; `job`).
+pub const CRON_FIRINGS: &str = "share_worker.cron.firings";
 /// Commands read from the control topic (counter; `result`: `obeyed`, `refused`).
 pub const CONTROL_COMMANDS: &str = "share_worker.control.commands";
 /// Records per call of a batch handler (histogram; `topic`).
@@ -88,11 +90,13 @@ pub const RESULT: &str = "result";
 pub const GROUP: &str = "group";
 /// Attribute: the partition.
 pub const PARTITION: &str = "partition";
+/// Attribute: a periodic job's name.
+pub const JOB: &str = "job";
 /// Attribute: which rate limit (`global`, `route`, `key`).
 pub const LIMIT: &str = "limit";
 
 /// Every metric the worker and [`LagMonitor`](super::LagMonitor) record, in the order above.
-pub const ALL: [&str; 27] = [
+pub const ALL: [&str; 28] = [
     RECORDS_FETCHED,
     RECORDS_COMPLETED,
     HANDLER_DURATION,
@@ -118,6 +122,7 @@ pub const ALL: [&str; 27] = [
     GROUP_LAG,
     ROUTE_PAUSED,
     ROUTE_SLOTS,
+    CRON_FIRINGS,
     CONTROL_COMMANDS,
     BATCH_SIZE,
 ];
