@@ -41,49 +41,15 @@ pub(crate) async fn setup(
         println!("topic {topic}: created ({partitions} partitions, replication {replication})");
     }
     if config.control.is_some() {
+        // Every worker reads every command, in order; the last command of each key is the state.
         let topic = config.control_topic_name();
-        match existing.get(&topic) {
-            Some(n) => println!("topic {topic}: exists ({n} partitions)"),
-            None => {
-                // One partition: every worker reads every command, in order. Compacted: the
-                // last command of each key is the state, so the topic stays small.
-                admin
-                    .create_topic_with_configs(
-                        &topic,
-                        1,
-                        replication,
-                        &[("cleanup.policy", "compact")],
-                    )
-                    .await
-                    .with_context(|| format!("creating control topic {topic}"))?;
-                println!(
-                    "topic {topic}: created (control topic: 1 partition, compacted, replication {replication})"
-                );
-            }
-        }
+        one_compacted_partition(&admin, &existing, &topic, replication, "control topic").await?;
     }
     let group = &config.worker.group;
     if !config.crons.is_empty() {
+        // Its one assignee fires; the last firing of each schedule is all the next firer needs.
         let topic = worker_core::cron::CronScheduler::topic_of(group);
-        match existing.get(&topic) {
-            Some(n) => println!("topic {topic}: exists ({n} partitions)"),
-            None => {
-                // One partition: its one assignee fires. Compacted: the last firing of each
-                // schedule is all the next firer needs.
-                admin
-                    .create_topic_with_configs(
-                        &topic,
-                        1,
-                        replication,
-                        &[("cleanup.policy", "compact")],
-                    )
-                    .await
-                    .with_context(|| format!("creating cron topic {topic}"))?;
-                println!(
-                    "topic {topic}: created (cron topic: 1 partition, compacted, replication {replication})"
-                );
-            }
-        }
+        one_compacted_partition(&admin, &existing, &topic, replication, "cron topic").await?;
         // A firing aborted halfway leaves its job record in the log: the workers read committed.
         admin
             .set_group_config(group, "share.isolation.level", "read_committed")
@@ -113,6 +79,27 @@ pub(crate) async fn setup(
             .collect();
         broker_dlq_topic(&admin, group, &read, partitions, replication).await?;
     }
+    Ok(())
+}
+
+/// Creates `topic` (`what` it is, for the output) with one partition, compacted, unless it
+/// exists.
+async fn one_compacted_partition(
+    admin: &Admin,
+    existing: &std::collections::HashMap<String, usize>,
+    topic: &str,
+    replication: i16,
+    what: &str,
+) -> anyhow::Result<()> {
+    if let Some(n) = existing.get(topic) {
+        println!("topic {topic}: exists ({n} partitions)");
+        return Ok(());
+    }
+    admin
+        .create_topic_with_configs(topic, 1, replication, &[("cleanup.policy", "compact")])
+        .await
+        .with_context(|| format!("creating {what} {topic}"))?;
+    println!("topic {topic}: created ({what}: 1 partition, compacted, replication {replication})");
     Ok(())
 }
 
