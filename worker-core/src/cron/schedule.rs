@@ -111,12 +111,13 @@ impl Schedule {
         }
     }
 
-    /// The first tick after `tick`, in milliseconds since the epoch.
+    /// The first tick after `tick`, in milliseconds since the epoch (`None` past the end of
+    /// time: a tick read from the cron topic may be anything).
     pub fn next_after(&self, tick: i64) -> Option<i64> {
         match self {
             Schedule::Every(interval) => {
                 let step = interval.as_millis() as i64;
-                Some(tick - tick.rem_euclid(step) + step)
+                tick.checked_sub(tick.rem_euclid(step))?.checked_add(step)
             }
             Schedule::Cron { cron, zone, .. } => {
                 let at = zone.from_utc_datetime(&utc(tick)?.naive_utc());
@@ -188,6 +189,11 @@ mod tests {
         assert_eq!(every.next_after(1_700_000_000_000), Some(1_700_000_010_000));
         assert_eq!(every.next_after(1_700_000_003_000), Some(1_700_000_010_000));
         assert!(Schedule::every(Duration::from_millis(999)).is_err());
+        assert_eq!(
+            every.next_after(i64::MAX),
+            None,
+            "a hostile mark: no overflow"
+        );
     }
 
     #[test]

@@ -164,7 +164,7 @@ impl CronScheduler {
                 ));
             }
             if let Some(Ok(message)) = consumer.poll(left.min(POLL))
-                && let Some((name, tick)) = mark(&message)
+                && let Some((name, tick)) = self.mark(&message)
             {
                 let last = firings.entry(name).or_insert(tick);
                 *last = (*last).max(tick);
@@ -227,7 +227,7 @@ impl CronScheduler {
             }
             match consumer.poll(POLL) {
                 Some(Ok(message)) => {
-                    if let Some((name, tick)) = mark(&message) {
+                    if let Some((name, tick)) = self.mark(&message) {
                         let mut firings = self.lock_firings();
                         let last = firings.entry(name).or_insert(tick);
                         *last = (*last).max(tick);
@@ -268,6 +268,16 @@ impl CronScheduler {
         }
         self.firing.store(false, Ordering::SeqCst);
         consumer.unsubscribe();
+    }
+
+    /// A firing's mark: the name of one of its jobs and the tick. Anything else on the topic (a
+    /// record that is no mark, a job it does not have) is ignored, so what it keeps is bounded
+    /// by its jobs.
+    fn mark(&self, message: &rdkafka::message::BorrowedMessage<'_>) -> Option<(String, i64)> {
+        let name = std::str::from_utf8(message.key()?).ok()?;
+        let job = self.jobs.iter().find(|job| job.name() == name)?;
+        let tick = std::str::from_utf8(message.payload()?).ok()?.parse().ok()?;
+        Some((job.name().to_owned(), tick))
     }
 
     fn lock_firings(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
@@ -433,13 +443,6 @@ impl Firer {
         self.producer.send(mark).map_err(|(err, _)| err)?;
         Ok(())
     }
-}
-
-/// A firing's mark: the schedule's name and the tick (a record that is not one is ignored).
-fn mark(message: &rdkafka::message::BorrowedMessage<'_>) -> Option<(String, i64)> {
-    let name = std::str::from_utf8(message.key()?).ok()?;
-    let tick = std::str::from_utf8(message.payload()?).ok()?.parse().ok()?;
-    Some((name.to_owned(), tick))
 }
 
 /// Whether `consumer` has read `topic`'s partition up to `end`.
