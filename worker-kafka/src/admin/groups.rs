@@ -383,7 +383,9 @@ impl Admin {
     }
 
     /// DescribeShareGroupOffsets of `group` for `topics` (name, partitions), from the group's
-    /// coordinator. A group or partition error code is an error.
+    /// coordinator. A coordinator that is not ready, or a partition whose state is moving (its
+    /// share coordinator died), is waited for within the request timeout; any other group or
+    /// partition error code is an error.
     pub(super) async fn group_offsets(
         &self,
         group: &str,
@@ -427,9 +429,20 @@ impl Admin {
                         format_args!("no result for group {group}"),
                     )
                 })?;
-            if !patience.wait_if_not_ready(ours.error_code).await {
-                break (conn, ours);
+            if patience.wait_if_not_ready(ours.error_code).await {
+                continue;
             }
+            let moving = ours
+                .partitions
+                .iter()
+                .map(|p| p.error_code)
+                .find(|code| *code != codes::NONE);
+            if let Some(code) = moving
+                && patience.wait_if_moving(code).await
+            {
+                continue;
+            }
+            break (conn, ours);
         };
         if ours.error_code != codes::NONE {
             return Err(broker_error(

@@ -283,7 +283,22 @@ impl Patience {
                 | codes::COORDINATOR_LOAD_IN_PROGRESS
                 | codes::NOT_COORDINATOR
         );
-        if !not_ready || tokio::time::Instant::now() + self.backoff > self.deadline {
+        not_ready && self.pause().await
+    }
+
+    /// [`wait_if_not_ready`](Self::wait_if_not_ready) for a partition's code in a coordinator's
+    /// answer, which also says the partition's state is moving (its share coordinator changes
+    /// with the leader of its `__share_group_state` partition, after a broker died).
+    async fn wait_if_moving(&mut self, code: i16) -> bool {
+        if matches!(code, codes::NOT_LEADER_OR_FOLLOWER) {
+            return self.pause().await;
+        }
+        self.wait_if_not_ready(code).await
+    }
+
+    /// `true` after a pause when there is time left for one; `false` at once when there is not.
+    async fn pause(&mut self) -> bool {
+        if tokio::time::Instant::now() + self.backoff > self.deadline {
             return false;
         }
         tokio::time::sleep(self.backoff).await;
