@@ -9,6 +9,10 @@ cd "$repo"
 
 started=$(date +%s)
 step() { printf '\n==> [%4ds] %s\n' "$(($(date +%s) - started))" "$*" >&2; }
+# The build and the brokers need about 10 GB (target/ with debug line tables only, Cargo.toml);
+# free space is printed at each phase so that a full disk shows in the log before it fails a test.
+free_space() { df -h --output=avail "$repo" | tail -n 1 | tr -d ' '; }
+step "disk: $(free_space) free"
 
 for component in rustfmt clippy; do
   if ! rustup component list --installed 2>/dev/null | grep -q "^$component"; then
@@ -164,7 +168,7 @@ bash deploy/check.sh
 step "cargo doc (broken links are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet
 
-step "cargo nextest run (every test), then the doc tests"
+step "cargo nextest run (every test), then the doc tests (disk: $(free_space) free)"
 cargo nextest run --workspace --all-features
 cargo test --workspace --all-features --doc
 
@@ -178,7 +182,7 @@ matrix_suites='package(tests) & (binary(kafka_client) | binary(admin) | binary(r
 matrix_binary='package(worker-cli) & binary(cli) & not test(/^ui::/)'
 matrix_port=9592
 for version in ${KAFKA_MATRIX-4.3.1 4.4.0}; do
-  step "Kafka $version: the native client, admin, runtime, DLQ and binary suites"
+  step "Kafka $version: the native client, admin, runtime, DLQ and binary suites (disk: $(free_space) free)"
   port=$matrix_port
   # The broker-DLQ broker is this release's: it serves the step, and stays up for the others.
   [[ $version == "$dlq_version" ]] && port=$dlq_port
