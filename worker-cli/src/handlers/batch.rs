@@ -5,6 +5,8 @@
 //! (`"ndjson"`); each payload must be one JSON value (a record whose payload is not is rejected
 //! without being sent). Headers: `X-Share-Topic`, `X-Share-Batch-Size` and `X-Share-Records`
 //! (`partition-offset` of each record, in body order: each item's identity for deduplication).
+//! A batch whose `X-Share-Records` would pass [`MAX_RECORDS_HEADER_BYTES`] goes as several
+//! requests, one after another, each answered on its own.
 //!
 //! A 2xx answer must be `{"results": [{"status": "ok" | "retry" | "reject", "reason": "…",
 //! "retry_after": seconds}, …]}` with one result per record sent, in order (`reason` and
@@ -13,6 +15,7 @@
 //! that does not parse, is larger than its bound, or has a missing or extra result retries every
 //! record of the batch, saying why.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +26,10 @@ use super::http::Http;
 use super::{first_chars, one_line};
 use crate::config::BatchFormat;
 
+/// The longest `X-Share-Records` value a request carries: within the 8 KiB header line that
+/// common servers and proxies accept (nginx's default buffers, Apache's field limit), with room
+/// for the other headers. A batch whose identities are longer goes as several requests.
+const MAX_RECORDS_HEADER_BYTES: usize = 6 * 1024;
 /// The largest answer read: room for a result with a long reason per record.
 const ANSWER_BASE_BYTES: usize = 64 * 1024;
 const ANSWER_BYTES_PER_RECORD: usize = 4 * 1024;
@@ -94,15 +101,39 @@ impl HttpBatch {
             .collect()
     }
 
-    /// Sends the records `sent` (indices into `jobs`) with their payloads `items`; one outcome
-    /// per record sent.
+    /// Sends the records `sent` (indices into `jobs`) with their payloads `items`, in as many
+    /// requests, one after another, as keep each `X-Share-Records` header within its bound; one
+    /// outcome per record sent.
     async fn send(
         &self,
         jobs: &[Job],
         sent: &[usize],
         items: &[serde_json::Value],
     ) -> Vec<Outcome> {
-        let all = |outcome: Outcome| vec![outcome; sent.len()];
+        let topic = jobs.first().map_or("", |job| job.topic());
+        let ids: Vec<String> = sent
+            .iter()
+            .map(|index| {
+                let id = jobs[*index].id();
+                format!("{}-{}", id.partition, id.offset)
+            })
+            .collect();
+        let mut outcomes = Vec::with_capacity(sent.len());
+        for part in header_parts(&ids, MAX_RECORDS_HEADER_BYTES) {
+            outcomes.extend(self.request(topic, &ids[part.clone()], &items[part]).await);
+        }
+        outcomes
+    }
+
+    /// One request carrying the records `ids` of `topic` with their payloads `items`; one
+    /// outcome per record.
+    async fn request(
+        &self,
+        topic: &str,
+        ids: &[String],
+        items: &[serde_json::Value],
+    ) -> Vec<Outcome> {
+        let all = |outcome: Outcome| vec![outcome; ids.len()];
         let (body, content_type) = match self.format {
             BatchFormat::Json => (serde_json::to_vec(items), "application/json"),
             BatchFormat::Ndjson => {
@@ -122,34 +153,49 @@ impl HttpBatch {
             Ok(body) => body,
             Err(err) => return all(Outcome::retry(format!("writing the batch: {err}"))),
         };
-        let topic = jobs.first().map_or("", |job| job.topic());
-        let records = sent
-            .iter()
-            .map(|index| {
-                let id = jobs[*index].id();
-                format!("{}-{}", id.partition, id.offset)
-            })
-            .collect::<Vec<_>>()
-            .join(",");
         let response = match self
             .http
-            .send_batch(topic, &records, sent.len(), body, content_type)
+            .send_batch(topic, &ids.join(","), ids.len(), body, content_type)
             .await
         {
             Ok(response) => response,
             Err(outcome) => return all(outcome),
         };
-        let limit = ANSWER_BASE_BYTES + ANSWER_BYTES_PER_RECORD * sent.len();
+        let limit = ANSWER_BASE_BYTES + ANSWER_BYTES_PER_RECORD * ids.len();
         let url = self.http.shown();
         let answer = match read_bounded(response, limit).await {
             Ok(answer) => answer,
             Err(why) => return all(Outcome::retry(format!("{url}: {why}"))),
         };
-        match outcomes_of(&answer, sent.len()) {
+        match outcomes_of(&answer, ids.len()) {
             Ok(outcomes) => outcomes,
             Err(why) => all(Outcome::retry(format!("{url}: {why}"))),
         }
     }
+}
+
+/// Consecutive parts of `ids` whose comma-joined length stays within `limit` bytes (an id longer
+/// than `limit` alone in its part).
+fn header_parts(ids: &[String], limit: usize) -> Vec<Range<usize>> {
+    let mut parts = Vec::new();
+    let (mut start, mut length) = (0, 0);
+    for (index, id) in ids.iter().enumerate() {
+        let joined = if index == start {
+            id.len()
+        } else {
+            length + 1 + id.len()
+        };
+        if index > start && joined > limit {
+            parts.push(start..index);
+            (start, length) = (index, id.len());
+        } else {
+            length = joined;
+        }
+    }
+    if start < ids.len() {
+        parts.push(start..ids.len());
+    }
+    parts
 }
 
 /// The record's payload as one JSON value, or why it cannot be sent in a batch.
@@ -271,6 +317,30 @@ mod tests {
             negative.unwrap(),
             vec![Outcome::retry("the endpoint asked for a retry")]
         );
+    }
+
+    #[test]
+    fn identities_are_split_where_the_header_would_pass_its_bound() {
+        let ids: Vec<String> = ["0-1", "0-22", "1-333", "1-4444"]
+            .map(str::to_owned)
+            .to_vec();
+        // "0-1,0-22" is 8 bytes, "1-333,1-4444" 12.
+        assert_eq!(header_parts(&ids, 12), vec![0..2, 2..4]);
+        assert_eq!(header_parts(&ids, 11), vec![0..2, 2..3, 3..4]);
+        assert_eq!(header_parts(&ids, 100), vec![0..4]);
+        assert_eq!(header_parts(&ids, 1), vec![0..1, 1..2, 2..3, 3..4]);
+        assert!(header_parts(&[], 10).is_empty());
+        let many: Vec<String> = (0..10_000)
+            .map(|o| format!("12-{}", 9_000_000 + o))
+            .collect();
+        let parts = header_parts(&many, MAX_RECORDS_HEADER_BYTES);
+        assert_eq!(
+            parts.iter().map(ExactSizeIterator::len).sum::<usize>(),
+            10_000
+        );
+        for part in &parts {
+            assert!(many[part.clone()].join(",").len() <= MAX_RECORDS_HEADER_BYTES);
+        }
     }
 
     #[test]

@@ -123,7 +123,7 @@ impl Http {
 
     /// Sends one batch request (`body` of `content_type`, carrying the records `records`, as
     /// `partition-offset` pairs of `topic`): the response when its status is 2xx, else the
-    /// outcome of every record of the batch.
+    /// outcome of every record of the request.
     pub(crate) async fn send_batch(
         &self,
         topic: &str,

@@ -185,3 +185,96 @@ async fn batch_requests_take_per_item_results_and_retry_a_mismatched_answer() {
         assert_eq!(content_type, expected);
     }
 }
+
+/// A bulk endpoint behind a common server's header limit: a header line longer than 8 KiB is
+/// answered 431, as nginx's default buffers do; every other item is taken ("ok"). Records, per
+/// request: the number of items and the length of `x-share-records`.
+async fn header_limited_endpoint(
+    listener: TcpListener,
+    requests: Arc<Mutex<Vec<(usize, usize)>>>,
+    taken: Arc<Mutex<HashMap<i64, usize>>>,
+) {
+    const HEADER_LINE_LIMIT: usize = 8 * 1024;
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            return;
+        };
+        let (requests, taken) = (requests.clone(), taken.clone());
+        tokio::spawn(async move {
+            let mut buffer = Vec::new();
+            while let Some((head, body)) = read_request(&mut stream, &mut buffer).await {
+                let records = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("x-share-records:"))
+                    .map_or(0, |v| v.trim().len());
+                let response = if head.lines().any(|l| l.len() > HEADER_LINE_LIMIT) {
+                    "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\n\r\n"
+                        .to_owned()
+                } else {
+                    let items: Vec<serde_json::Value> =
+                        serde_json::from_slice(&body).expect("a JSON array");
+                    requests.lock().unwrap().push((items.len(), records));
+                    let mut taken = taken.lock().unwrap();
+                    for item in &items {
+                        *taken.entry(item["n"].as_i64().unwrap_or(-1)).or_default() += 1;
+                    }
+                    let results = vec![serde_json::json!({"status": "ok"}); items.len()];
+                    let answer = serde_json::json!({ "results": results }).to_string();
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}",
+                        answer.len()
+                    )
+                };
+                if stream.write_all(response.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// Batches of up to 3,000 records, whose identities would make an `X-Share-Records` header of
+/// about 20 KB, reach an endpoint that refuses header lines over 8 KiB: each batch goes as
+/// several requests whose headers fit, and every record is taken exactly once, none dead-lettered.
+#[tokio::test]
+async fn a_batch_whose_identities_pass_a_header_limit_goes_as_several_requests() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-batch-large");
+    let group = unique("cli-batch-large-group");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/bulk", listener.local_addr().expect("address"));
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let taken = Arc::new(Mutex::new(HashMap::new()));
+    tokio::spawn(header_limited_endpoint(
+        listener,
+        requests.clone(),
+        taken.clone(),
+    ));
+    let route =
+        format!("handler = \"http\"\nurl = \"{url}\"\nbatch = {{ max = 3000, linger = \"3s\" }}");
+    let text = config(&group, &topic, &route).replace("concurrency = 8", "concurrency = 3000");
+    let cfg = scratch.write("worker.toml", &text);
+    let cfg = cfg.to_str().expect("utf-8 path");
+    let items: Vec<String> = (0..3000).map(|n| format!("{{\"n\": {n}}}")).collect();
+    let items: Vec<&str> = items.iter().map(String::as_str).collect();
+    setup_and_produce(&scratch, cfg, &topic, 1, &items, &[]).await;
+
+    let stats = run_until_idle(&scratch, cfg).await;
+    assert_eq!(count(&stats, "accepted"), 3000, "{stats}");
+    assert_eq!(count(&stats, "dlq"), 0, "{stats}");
+    let taken = taken.lock().unwrap();
+    assert_eq!(taken.len(), 3000, "every record reached the endpoint");
+    assert!(taken.values().all(|t| *t == 1), "a record was taken twice");
+    let requests = requests.lock().unwrap();
+    let largest = requests.iter().map(|(items, _)| *items).max().unwrap_or(0);
+    assert!(
+        requests.iter().all(|(_, header)| *header <= 6 * 1024),
+        "{requests:?}"
+    );
+    assert!(
+        count(&stats, "batches") < requests.len() as u64,
+        "no batch was split: {} batches, {} requests of at most {largest} records",
+        count(&stats, "batches"),
+        requests.len()
+    );
+}

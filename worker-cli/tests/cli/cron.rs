@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use rdkafka::Message;
 use tokio::process::Child;
 
 use crate::support::*;
@@ -20,19 +21,30 @@ fn became_firer(log: &PathBuf) -> usize {
         .count()
 }
 
-/// The ticks of job `name` fired on `topic` (read committed), with how often each was.
-async fn ticks(topic: &str, name: &str) -> BTreeMap<i64, usize> {
+/// The firings of job `name` on `topic` (read committed): each one's tick and when it was
+/// produced (the record's timestamp, set by the firing producer), in milliseconds.
+async fn firings(topic: &str, name: &str) -> Vec<(i64, i64)> {
     let prefix = format!("cron:{name}:");
-    let mut ticks = BTreeMap::new();
     let records = tests::read_committed_at(&bootstrap(), topic)
         .await
         .unwrap_or_else(|err| panic!("reading {topic}: {err:#}"));
-    for record in records {
-        let id = tests::header(&record, "share.job-id").expect("a job id");
-        let tick: i64 = id
-            .strip_prefix(&prefix)
-            .and_then(|t| t.parse().ok())
-            .unwrap_or_else(|| panic!("job id {id:?}"));
+    records
+        .iter()
+        .map(|record| {
+            let id = tests::header(record, "share.job-id").expect("a job id");
+            let tick: i64 = id
+                .strip_prefix(&prefix)
+                .and_then(|t| t.parse().ok())
+                .unwrap_or_else(|| panic!("job id {id:?}"));
+            (tick, record.timestamp().to_millis().expect("a timestamp"))
+        })
+        .collect()
+}
+
+/// The ticks of job `name` fired on `topic`, with how often each was.
+async fn ticks(topic: &str, name: &str) -> BTreeMap<i64, usize> {
+    let mut ticks = BTreeMap::new();
+    for (tick, _) in firings(topic, name).await {
         *ticks.entry(tick).or_default() += 1;
     }
     ticks
@@ -177,4 +189,17 @@ async fn a_schedule_fires_each_tick_once_while_its_firer_is_killed_twice() {
     for tick in &fired {
         assert_eq!(tick % 10_000, 0, "ticks fall on multiples of 10 s");
     }
+    // How late a tick fires: the firer's poll while it lives, the session timeout (6 s), the
+    // rebalance and the new firer's transactional producer after a SIGKILL.
+    let late = firings(&topic, "every-10s")
+        .await
+        .into_iter()
+        .map(|(tick, at)| Duration::from_millis(u64::try_from(at - tick).unwrap_or(0)))
+        .max()
+        .expect("a firing");
+    eprintln!("cron: ticks fired at most {late:?} late, across two SIGKILLed firers");
+    assert!(
+        late <= Duration::from_secs(20),
+        "a tick fired {late:?} late"
+    );
 }
