@@ -10,6 +10,7 @@ use rdkafka::Message;
 use tokio::process::Child;
 
 use crate::support::*;
+use crate::telemetry::{metric, parse_prometheus};
 
 const FIRES: &str = "cron: this worker fires the group's schedules";
 
@@ -116,9 +117,23 @@ async fn a_schedule_fires_each_tick_once_while_its_firer_is_killed_twice() {
     let logs: Vec<PathBuf> = (0..3)
         .map(|i| scratch.0.join(format!("run-{i}.log")))
         .collect();
+    // Each worker serves its metrics on a port of its own.
+    let ports: Vec<u16> = (0..3).map(|_| reserve_port()).collect();
     let mut workers: Vec<Option<Child>> = logs
         .iter()
-        .map(|log| Some(spawn(&["run", "--config", cfg], log)))
+        .zip(&ports)
+        .enumerate()
+        .map(|(i, (log, port))| {
+            let own = toml.replace(
+                "[dlq]",
+                &format!("[telemetry]\nlisten = \"127.0.0.1:{port}\"\n\n[dlq]"),
+            );
+            let own = scratch.write(&format!("worker-{i}.toml"), &own);
+            Some(spawn(
+                &["run", "--config", own.to_str().expect("utf-8 path")],
+                log,
+            ))
+        })
         .collect();
     let mut dead = Vec::new();
     let mut before = vec![0; 3];
@@ -132,6 +147,19 @@ async fn a_schedule_fires_each_tick_once_while_its_firer_is_killed_twice() {
         let fired = ticks(&topic, "every-10s").await.len();
         more_ticks(&topic, fired, 4).await;
         if round == 2 {
+            // The last firer counts what it fired: at least those four ticks.
+            let metrics = wait_ok(&format!("http://127.0.0.1:{}/metrics", ports[firer])).await;
+            let counted = metric(
+                &parse_prometheus(&metrics),
+                "share_worker_cron_firings_total",
+                &[("job", "every-10s")],
+            )
+            .unwrap_or(0.0);
+            let all = ticks(&topic, "every-10s").await.len();
+            assert!(
+                (4.0..=all as f64).contains(&counted),
+                "the firer counted {counted} firings ({all} ticks fired by all firers)"
+            );
             break;
         }
         before = logs.iter().map(became_firer).collect();
