@@ -318,6 +318,37 @@ mod tests {
 
     type BrokerError = Box<dyn std::error::Error + Send + Sync>;
 
+    /// A partition whose share state is moving (NOT_LEADER_OR_FOLLOWER) is waited out like a
+    /// coordinator that is not ready, with growing pauses, until the time is up; any other
+    /// partition error is returned at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_moving_partition_is_waited_out_within_the_time_given() {
+        let started = tokio::time::Instant::now();
+        let mut patience = Patience::new(Duration::from_secs(3));
+        assert!(
+            !patience
+                .wait_if_moving(codes::UNKNOWN_TOPIC_OR_PARTITION)
+                .await
+        );
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "no pause for other errors"
+        );
+        let mut pauses = 0;
+        while patience.wait_if_moving(codes::NOT_LEADER_OR_FOLLOWER).await {
+            pauses += 1;
+        }
+        // 0.1 + 0.2 + 0.4 + 0.8 + 1 s: the next 1 s pause would pass the 3 s given.
+        assert_eq!(pauses, 5);
+        assert_eq!(started.elapsed(), Duration::from_millis(2500));
+        assert!(
+            !patience
+                .wait_if_moving(codes::COORDINATOR_LOAD_IN_PROGRESS)
+                .await
+        );
+    }
+
     /// A one-connection fake broker that offers DescribeConfigs v4, then answers the next request
     /// with `body` (after a flexible response header).
     async fn lying_broker(body: Vec<u8>) -> std::io::Result<String> {
