@@ -9,10 +9,13 @@ cd "$repo"
 
 started=$(date +%s)
 step() { printf '\n==> [%4ds] %s\n' "$(($(date +%s) - started))" "$*" >&2; }
-# The build and the brokers need about 10 GB (target/ with debug line tables only, Cargo.toml);
+# The run takes about 12 GB of disk (10 of them target/, with line tables only: Cargo.toml);
 # free space is printed at each phase so that a full disk shows in the log before it fails a test.
 free_space() { df -h --output=avail "$repo" | tail -n 1 | tr -d ' '; }
 step "disk: $(free_space) free"
+if (($(df --output=avail -k "$repo" | tail -n 1) < 12 * 1024 * 1024)); then
+  echo "test.sh: warning: less than 12 GB free on $repo's disk; the run may fail with 'no space left on device'" >&2
+fi
 
 for component in rustfmt clippy; do
   if ! rustup component list --installed 2>/dev/null | grep -q "^$component"; then

@@ -8,8 +8,7 @@
 
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
@@ -32,13 +31,6 @@ fn dlq_broker() -> String {
              127.0.0.1:9672 (scripts/test.sh does)"
         )
     })
-}
-
-fn admin_client(bootstrap: &str) -> AdminClient<DefaultClientContext> {
-    rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .expect("an rdkafka admin client")
 }
 
 /// Creates `topic` (one partition) on `bootstrap` with `configs`.

@@ -113,6 +113,16 @@ async fn a_schedule_fires_each_tick_once_while_its_firer_is_killed_twice() {
         "{}",
         text(&out.stdout)
     );
+    let cron_topic = format!("{group}.cron");
+    assert_eq!(
+        topic_config(&cron_topic, "cleanup.policy").await.as_deref(),
+        Some("compact")
+    );
+    assert_eq!(
+        topic_config(&cron_topic, "segment.ms").await.as_deref(),
+        Some("3600000"),
+        "hourly segments, so that compaction keeps up with the marks"
+    );
 
     let logs: Vec<PathBuf> = (0..3)
         .map(|i| scratch.0.join(format!("run-{i}.log")))

@@ -345,3 +345,26 @@ pub(crate) async fn wait_logged(logs: &[&Path], line: &str, limit: Duration) {
     .await
     .expect("every process logged it");
 }
+
+/// An rdkafka admin client of the broker at `bootstrap` (plaintext).
+pub(crate) fn admin_client(
+    bootstrap: &str,
+) -> rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> {
+    rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("an rdkafka admin client")
+}
+
+/// The value of `topic`'s config `key` on the test broker, as the broker describes it.
+pub(crate) async fn topic_config(topic: &str, key: &str) -> Option<String> {
+    let results = admin_client(&bootstrap())
+        .describe_configs(
+            [&rdkafka::admin::ResourceSpecifier::Topic(topic)],
+            &rdkafka::admin::AdminOptions::new(),
+        )
+        .await
+        .unwrap_or_else(|err| panic!("describing {topic}: {err}"));
+    let resource = results.into_iter().next()?.ok()?;
+    resource.get(key).and_then(|entry| entry.value.clone())
+}
