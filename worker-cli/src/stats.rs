@@ -53,8 +53,8 @@ pub(crate) struct Stats {
     possible_duplicates: u64,
     /// Fetches that failed.
     fetch_errors: u64,
-    /// Batches handed to batch routes' handlers (an http batch route sends one request per batch
-    /// that holds a JSON payload).
+    /// Batches handed to batch routes' handlers (an http batch route sends a request per batch
+    /// that holds a JSON payload, several when its record ids pass 6 KiB).
     batches: u64,
     /// Seconds from the first handler call to the end of the last.
     busy_s: f64,

@@ -633,8 +633,8 @@ pub struct RouteSection {
     /// weight, 1 to 1000 (default: not a lane).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
-    /// http: send the records in batches, one request per batch, and read one result per record
-    /// from the answer (default: one request per record).
+    /// http: send the records in batches, a request per batch (several when its record ids pass
+    /// 6 KiB), and read one result per record from the answer (default: one request per record).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<BatchSection>,
     /// How long one call may take (http, exec; default 30s).

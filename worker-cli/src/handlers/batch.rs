@@ -1,4 +1,4 @@
-//! `batch = { max, linger, format }` on an http route: one request per batch of records, one
+//! `batch = { max, linger, format }` on an http route: a request per batch of records, one
 //! result per record read back.
 //!
 //! The request body is a JSON array of the payloads (`format = "json"`) or one payload per line
@@ -75,7 +75,8 @@ impl HttpBatch {
         }
     }
 
-    /// Sends `jobs` as one request; one outcome per job, in order.
+    /// Sends `jobs` in one request (or several: [`MAX_RECORDS_HEADER_BYTES`]); one outcome per
+    /// job, in order.
     pub(crate) async fn handle(&self, jobs: &[Job]) -> Vec<Outcome> {
         let mut outcomes: Vec<Option<Outcome>> = vec![None; jobs.len()];
         let mut items = Vec::with_capacity(jobs.len());
