@@ -163,15 +163,20 @@ impl HttpBatch {
             Err(outcome) => return all(outcome),
         };
         let limit = ANSWER_BASE_BYTES + ANSWER_BYTES_PER_RECORD * ids.len();
-        let url = self.http.shown();
-        let answer = match read_bounded(response, limit).await {
-            Ok(answer) => answer,
-            Err(why) => return all(Outcome::retry(format!("{url}: {why}"))),
-        };
-        match outcomes_of(&answer, ids.len()) {
-            Ok(outcomes) => outcomes,
-            Err(why) => all(Outcome::retry(format!("{url}: {why}"))),
-        }
+        let answered = read_bounded(response, limit)
+            .await
+            .and_then(|answer| outcomes_of(&answer, ids.len()));
+        answered.unwrap_or_else(|why| {
+            // Said once per request, as the library says a batch handler's wrong answer: each
+            // record's retry is logged at debug only.
+            let reason = format!("{}: {why}", self.http.shown());
+            tracing::warn!(
+                topic,
+                records = ids.len(),
+                "{reason}: retrying every record of the request"
+            );
+            all(Outcome::retry(reason))
+        })
     }
 }
 
@@ -227,8 +232,14 @@ async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Result<V
 
 /// One outcome per record from a 2xx answer, or why the answer does not give them.
 fn outcomes_of(answer: &[u8], count: usize) -> Result<Vec<Outcome>, String> {
-    let answer: Answer = serde_json::from_slice(answer)
-        .map_err(|err| format!(r#"the batch answer is not {{"results": [...]}}: {err}"#))?;
+    // The parser's message may quote the endpoint's bytes (an unknown status): cut, on one line.
+    let answer: Answer = serde_json::from_slice(answer).map_err(|err| {
+        let err = err.to_string();
+        format!(
+            r#"the batch answer is not {{"results": [...]}}: {}"#,
+            one_line(first_chars(&err, MAX_REASON_CHARS))
+        )
+    })?;
     if answer.results.len() != count {
         return Err(format!(
             "the batch answer has {} results for a batch of {count} records",
@@ -342,6 +353,16 @@ mod tests {
         for part in &parts {
             assert!(many[part.clone()].join(",").len() <= MAX_RECORDS_HEADER_BYTES);
         }
+    }
+
+    #[test]
+    fn an_unknown_status_is_quoted_cut_and_on_one_line() {
+        let hostile = format!("{}\n{}", "x".repeat(10_000), "\u{1b}[31m");
+        let answer = serde_json::json!({"results": [{"status": hostile}]}).to_string();
+        let why = outcomes_of(answer.as_bytes(), 1).unwrap_err();
+        assert!(why.contains("unknown variant"), "{why}");
+        assert!(why.len() < MAX_REASON_CHARS + 100, "{} bytes", why.len());
+        assert!(!why.contains('\n') && !why.contains('\u{1b}'), "{why}");
     }
 
     #[test]

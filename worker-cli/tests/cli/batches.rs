@@ -139,7 +139,12 @@ async fn batch_requests_take_per_item_results_and_retry_a_mismatched_answer() {
     let ndjson_items: Vec<&str> = ndjson_items.iter().map(String::as_str).collect();
     setup_and_produce(&scratch, cfg, &ndjson_topic, 1, &ndjson_items, &[]).await;
 
-    let stats = run_until_idle(&scratch, cfg).await;
+    let (stats, log) = run_until_idle_logged(&scratch, cfg, &[]).await;
+    assert!(
+        log.contains("results for a batch of")
+            && log.contains("retrying every record of the request"),
+        "the short answer is said at warn level: {log}"
+    );
     let seen = seen.lock().unwrap();
     let refused = |n: &i64| n % 10 == 3 || n % 10 == 7;
     let mut taken: Vec<i64> = seen.taken.keys().copied().collect();
