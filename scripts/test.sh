@@ -171,9 +171,15 @@ bash deploy/check.sh
 step "cargo doc (broken links are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet
 
-step "cargo nextest run (every test), then the doc tests (disk: $(free_space) free)"
-cargo nextest run --workspace --all-features
+# The fleet-rate tests bound what ten worker processes start in every second: they run alone,
+# one at a time, after the rest, so that what they measure is the workers' timing and not other
+# tests' load on two cores.
+fleet_rates='package(worker-cli) & binary(cli) & test(/^fleet_rates::/)'
+step "cargo nextest run (every test but the fleet rates), then the doc tests (disk: $(free_space) free)"
+cargo nextest run --workspace --all-features -E "not ($fleet_rates)"
 cargo test --workspace --all-features --doc
+step "the fleet-rate tests, one at a time"
+cargo nextest run --workspace --all-features -E "$fleet_rates" --test-threads 1
 
 # The version matrix: the real-broker suites of the native client, the admin client, the runtime,
 # the dead-letter sink and the binary again on each newer Kafka release, each on a broker of its
@@ -182,7 +188,7 @@ cargo test --workspace --all-features --doc
 # against the step's release).
 # One filter over the workspace's test binaries, built above: the same build, nothing recompiled.
 matrix_suites='package(tests) & (binary(kafka_client) | binary(admin) | binary(runtime_kafka) | binary(policy) | binary(dlq) | binary(renewal_off))'
-matrix_binary='package(worker-cli) & binary(cli) & not test(/^ui::/)'
+matrix_binary="package(worker-cli) & binary(cli) & not test(/^ui::/) & not ($fleet_rates)"
 matrix_port=9592
 for version in ${KAFKA_MATRIX-4.3.1 4.4.0}; do
   step "Kafka $version: the native client, admin, runtime, DLQ and binary suites (disk: $(free_space) free)"

@@ -9,6 +9,7 @@ use anyhow::Context;
 use opentelemetry::metrics::Meter;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
+use worker_core::control::{Controls, FleetPresence};
 use worker_core::defaults;
 use worker_core::fleet::Fleet;
 use worker_core::kafka::Admin;
@@ -110,15 +111,25 @@ pub(crate) async fn run(
     if config.delay.is_some() {
         builder = builder.delay(config.job_producer()?);
     }
-    if let Some(controls) = follow_controls(&config).await? {
+    let (controls, presence) = follow_controls(&config).await?;
+    if let Some(controls) = controls {
         if let Some(telemetry) = &telemetry {
             telemetry.attach_controls(controls.clone());
         }
         builder = builder.controls(controls);
     }
-    if let Some(fleet) = rate_fleet(&config, &security).await? {
-        builder = builder.fleet(fleet);
-    }
+    let presence = match presence {
+        Some((fleet, presence)) => {
+            builder = builder.fleet(fleet);
+            Some(presence)
+        }
+        None => {
+            if let Some(fleet) = rate_fleet(&config, &security).await? {
+                builder = builder.fleet(fleet);
+            }
+            None
+        }
+    };
     if let Some(cron) = config.cron_scheduler()? {
         builder = builder.cron(cron);
     }
@@ -155,6 +166,9 @@ pub(crate) async fn run(
         lag_probe(lag.clone()),
     );
     let result = worker.run_until_signal().await;
+    if let Some(presence) = presence {
+        presence.leave().await;
+    }
     reporter.finish();
     if let Some(watcher) = watcher {
         watcher.abort();
@@ -172,6 +186,9 @@ pub(crate) async fn run(
     Ok(())
 }
 
+/// A worker's share of the fleet's rates through the control topic.
+type Presence = (Fleet, FleetPresence);
+
 /// The group's total lag on the route topics as last sampled (`None` until a sample has lag).
 fn lag_probe(lag: Option<Arc<LagMonitor>>) -> report::LagProbe {
     Box::new(move || {
@@ -181,11 +198,30 @@ fn lag_probe(lag: Option<Arc<LagMonitor>>) -> report::LagProbe {
     })
 }
 
-/// The fleet the rates are shared with, when the file sets a rate: `rate` is the group's total.
+/// The rates this worker takes a share of: the topics of the routes with a rate (or a per-key
+/// rate), and `*` for the worker-wide rate.
+fn shared_rates(config: &Config) -> Vec<String> {
+    let mut rates: Vec<String> = config
+        .routes
+        .iter()
+        .filter(|r| r.rate.is_some() || r.rate_per_key.is_some())
+        .map(|r| r.topic.clone())
+        .collect();
+    if config.worker.rate.is_some() {
+        rates.push("*".to_owned());
+    }
+    rates
+}
+
+/// Without `[control]`, the fleet the rates are shared with, from the group's described
+/// membership, when the file sets a rate: `rate` is the group's total.
 async fn rate_fleet(config: &Config, security: &Security) -> anyhow::Result<Option<Fleet>> {
-    if config.worker.rate.is_none() && config.routes.iter().all(|r| r.rate.is_none()) {
+    if shared_rates(config).is_empty() {
         return Ok(None);
     }
+    tracing::warn!(
+        "the rates are shared from the group's described membership: approximate while workers join or die; with a [control] section they hold exactly (docs/control.md)"
+    );
     let admin = Admin::connect_with(config.kafka.bootstrap.clone(), security)
         .await
         .with_context(|| {
@@ -243,22 +279,31 @@ async fn watch_idle(
 /// The group's controls, with `[control]`: read to the end before the worker starts, so that a
 /// route paused fleet-wide is not fetched even once. A control topic that cannot be read stops
 /// the start (`control.on-unreadable = "refuse"`) or is said and left out.
-async fn follow_controls(
-    config: &Config,
-) -> anyhow::Result<Option<worker_core::control::Controls>> {
+/// With a rate to share, the worker also takes part in the fleet's presence on the topic: the
+/// fleet its rates follow, and its presence, to leave when it is done.
+async fn follow_controls(config: &Config) -> anyhow::Result<(Option<Controls>, Option<Presence>)> {
     let Some(section) = &config.control else {
-        return Ok(None);
+        return Ok((None, None));
     };
     let topic = config.control_topic()?;
+    if !shared_rates(config).is_empty() {
+        // Exact rates need the topic: a worker that cannot read it does not start.
+        let (controls, fleet, presence) = topic
+            .follow_fleet(section.read_timeout)
+            .await
+            .map_err(anyhow::Error::new)
+            .context("the rates are shared through the control topic: not starting without it")?;
+        return Ok((Some(controls), Some((fleet, presence))));
+    }
     match topic.follow(section.read_timeout).await {
-        Ok(controls) => Ok(Some(controls)),
+        Ok(controls) => Ok((Some(controls), None)),
         Err(err) if section.on_unreadable == OnUnreadable::Refuse => Err(anyhow::Error::new(err)
             .context(
                 "control.on-unreadable = \"refuse\": not starting without the group's controls",
             )),
         Err(err) => {
             tracing::warn!(error = %err, "starting without the group's controls (control.on-unreadable = \"start-without\"): pauses are not obeyed");
-            Ok(None)
+            Ok((None, None))
         }
     }
 }

@@ -43,13 +43,24 @@ pub(crate) async fn setup(
     if config.control.is_some() {
         // Every worker reads every command, in order; the last command of each key is the state.
         let topic = config.control_topic_name();
-        one_compacted_partition(&admin, &existing, &topic, replication, "control topic").await?;
+        one_compacted_partition(&admin, &existing, &topic, replication, "control topic", &[])
+            .await?;
     }
     let group = &config.worker.group;
     if !config.crons.is_empty() {
         // Its one assignee fires; the last firing of each schedule is all the next firer needs.
         let topic = worker_core::cron::CronScheduler::topic_of(group);
-        one_compacted_partition(&admin, &existing, &topic, replication, "cron topic").await?;
+        // Its records carry the broker's time, against which a mark from the future is told.
+        let broker_time = [("message.timestamp.type", "LogAppendTime")];
+        one_compacted_partition(
+            &admin,
+            &existing,
+            &topic,
+            replication,
+            "cron topic",
+            &broker_time,
+        )
+        .await?;
         // A firing aborted halfway leaves its job record in the log: the workers read committed.
         admin
             .set_group_config(group, "share.isolation.level", "read_committed")
@@ -92,18 +103,16 @@ async fn one_compacted_partition(
     topic: &str,
     replication: i16,
     what: &str,
+    more: &[(&str, &str)],
 ) -> anyhow::Result<()> {
     if let Some(n) = existing.get(topic) {
         println!("topic {topic}: exists ({n} partitions)");
         return Ok(());
     }
+    let mut configs = vec![("cleanup.policy", "compact"), ("segment.ms", "3600000")];
+    configs.extend_from_slice(more);
     admin
-        .create_topic_with_configs(
-            topic,
-            1,
-            replication,
-            &[("cleanup.policy", "compact"), ("segment.ms", "3600000")],
-        )
+        .create_topic_with_configs(topic, 1, replication, &configs)
         .await
         .with_context(|| format!("creating {what} {topic}"))?;
     println!(

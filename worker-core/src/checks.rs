@@ -40,6 +40,25 @@ pub fn topic_chars(text: &str) -> Result<(), String> {
     }
 }
 
+/// Untrusted text as one log line: control characters (newlines, escapes, NUL) shown escaped,
+/// cut to `max_chars` characters with `…` when longer. What a log line quotes from a record, a
+/// header or the control topic, so that nothing read can forge a line or hide one.
+pub fn one_line(text: &str, max_chars: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max_chars * 2));
+    for (n, c) in text.chars().enumerate() {
+        if n == max_chars {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The longest job id (`share.job-id`).
 pub const MAX_JOB_ID: usize = 64;
 
@@ -209,5 +228,15 @@ mod tests {
         for bad in ["", "a/b", "a b", "é", &"x".repeat(MAX_JOB_ID + 1)] {
             assert!(job_id(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn untrusted_text_is_one_line() {
+        assert_eq!(
+            one_line("a\nb\r\u{1b}[2J\0", 64),
+            "a\\nb\\r\\u{1b}[2J\\u{0}"
+        );
+        assert_eq!(one_line("abcdef", 3), "abc…");
+        assert_eq!(one_line("ok", 3), "ok");
     }
 }

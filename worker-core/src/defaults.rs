@@ -36,6 +36,19 @@ pub use worker_kafka::defaults::{CLIENT_ID, MAX_WAIT, REQUEST_TIMEOUT};
 /// of the fleet (`fleet::Fleet::follow`): a worker that joins or leaves changes every other
 /// worker's share within this.
 pub const FLEET_REFRESH: Duration = Duration::from_secs(2);
+/// How often a worker writes its presence heartbeat on the control topic, when it shares rates
+/// through it (`fleet` presence).
+pub const MEMBER_HEARTBEAT: Duration = Duration::from_secs(1);
+/// A presence heartbeat renews the lease only if it is read back within this.
+pub const MEMBER_ACK: Duration = Duration::from_secs(1);
+/// How long a presence heartbeat read back in time lets the worker start rate-limited records:
+/// the membership interval. A member silent for this plus [`MEMBER_ACK`] is dropped by the
+/// others, who then take its share: a member killed mid-run gives its share back within two of
+/// these.
+pub const MEMBER_LEASE: Duration = Duration::from_secs(3);
+/// How long a member gone silent stays on the control topic before a survivor tombstones its
+/// key (compaction then removes it).
+pub const MEMBER_FORGET: Duration = Duration::from_secs(60);
 /// How long a job cancellation stays in force (`share-worker cancel --for`,
 /// `ControlTopic::cancel`): long enough for a job enqueued a week ahead.
 pub const CANCEL_TTL: Duration = Duration::from_secs(7 * 24 * 3600);

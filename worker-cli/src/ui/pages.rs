@@ -171,7 +171,10 @@ pub(crate) fn overview_live(samples: &Samples) -> Markup {
                             td.name { (job.name) }
                             td { (job.when) }
                             td { (job.topic) }
-                            td.last { (utc_time(job.last)) }
+                            td.last {
+                                (utc_time(job.last))
+                                @if job.overdue { span.error.overdue { " — no tick fired since " (utc_time(job.last)) } }
+                            }
                             td.next { (utc_time(job.next)) }
                         }
                     }

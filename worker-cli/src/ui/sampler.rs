@@ -64,6 +64,8 @@ pub(crate) struct ScheduleView {
     pub(crate) last: Option<i64>,
     /// Its next tick (ms since the epoch).
     pub(crate) next: Option<i64>,
+    /// Whether it has missed two ticks since its last firing.
+    pub(crate) overdue: bool,
 }
 
 /// A route that is a lane (has a priority or a weight), as configured.
@@ -285,6 +287,9 @@ async fn schedules(cron: CronScheduler, limit: Duration) -> Result<Vec<ScheduleV
                 topic: job.topic().to_owned(),
                 last: firings.get(job.name()).copied(),
                 next: schedule.latest(now).and_then(|t| schedule.next_after(t)),
+                overdue: firings
+                    .get(job.name())
+                    .is_some_and(|last| schedule.is_overdue(*last, now)),
             }
         })
         .collect())

@@ -95,6 +95,22 @@ async fn more_ticks(topic: &str, from: usize, count: usize) {
     }
 }
 
+/// A standalone dashboard (`share-worker ui`) of the group in `toml`, sampling every second, and
+/// the address of its live overview.
+fn dashboard(scratch: &Scratch, toml: &str) -> (Child, String) {
+    let port = reserve_port();
+    let dashboard = toml.replace(
+        "[dlq]",
+        &format!("[ui]\nlisten = \"127.0.0.1:{port}\"\nsample-every = \"1s\"\n\n[dlq]"),
+    );
+    let dashboard = scratch.write("dashboard.toml", &dashboard);
+    let ui = spawn(
+        &["ui", "--config", dashboard.to_str().expect("utf-8 path")],
+        &scratch.0.join("ui.log"),
+    );
+    (ui, format!("http://127.0.0.1:{port}/ui/live/overview"))
+}
+
 #[tokio::test]
 async fn a_schedule_fires_each_tick_once_while_its_firer_is_killed_twice() {
     let scratch = Scratch::new();
@@ -185,17 +201,7 @@ async fn a_schedule_fires_each_tick_once_while_its_firer_is_killed_twice() {
 
     // The dashboard shows the schedule with its last firing, read from the cron topic, and the
     // tick after it.
-    let port = reserve_port();
-    let dashboard = toml.replace(
-        "[dlq]",
-        &format!("[ui]\nlisten = \"127.0.0.1:{port}\"\nsample-every = \"1s\"\n\n[dlq]"),
-    );
-    let dashboard = scratch.write("dashboard.toml", &dashboard);
-    let _ui = spawn(
-        &["ui", "--config", dashboard.to_str().expect("utf-8 path")],
-        &scratch.0.join("ui.log"),
-    );
-    let overview = format!("http://127.0.0.1:{port}/ui/live/overview");
+    let (_ui, overview) = dashboard(&scratch, &toml);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let last = *ticks(&topic, "every-10s")
@@ -265,4 +271,109 @@ async fn a_schedule_fires_each_tick_once_while_its_firer_is_killed_twice() {
         late <= Duration::from_secs(20),
         "a tick fired {late:?} late"
     );
+}
+
+#[tokio::test]
+async fn a_mark_from_the_future_is_ignored_and_the_schedule_fires_on() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-cron-future");
+    let group = unique("cli-cron-future-group");
+    let toml = config(&group, &topic, "handler = \"noop\"")
+        + &format!("\n[[cron]]\nname = \"every-2s\"\nevery = \"2s\"\ntopic = \"{topic}\"\n");
+    let cfg = scratch.write("worker.toml", &toml);
+    let cfg = cfg.to_str().expect("utf-8 path");
+    let out = share_worker(&["setup", "--config", cfg, "--partitions", "1"], &[]).await;
+    assert_ok(&out, "setup");
+    let cron_topic = format!("{group}.cron");
+    assert_eq!(
+        topic_config(&cron_topic, "message.timestamp.type")
+            .await
+            .as_deref(),
+        Some("LogAppendTime"),
+        "marks carry the broker's time"
+    );
+    // A forged mark a day ahead, written as a plain record: it would silence the schedule.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_millis() as i64;
+    let tomorrow = (now / 2_000 + 43_200) * 2_000;
+    let producer = tests::producer(&[]).expect("a producer");
+    tests::produce_keyed(&producer, &cron_topic, "every-2s", &tomorrow.to_string())
+        .await
+        .expect("writing a forged mark");
+
+    let log = scratch.0.join("run.log");
+    let port = reserve_port();
+    let own = toml.replace(
+        "[dlq]",
+        &format!("[telemetry]\nlisten = \"127.0.0.1:{port}\"\n\n[dlq]"),
+    );
+    let own = scratch.write("worker-metrics.toml", &own);
+    let worker = spawn(
+        &["run", "--config", own.to_str().expect("utf-8 path")],
+        &log,
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while ticks(&topic, "every-2s").await.len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the schedule did not fire twice within 60 s of a mark from the future; log: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let fired = ticks(&topic, "every-2s").await;
+    assert!(
+        fired
+            .keys()
+            .all(|tick| *tick < tomorrow && *tick >= now - 2_000),
+        "the ticks of now fired: {fired:?}"
+    );
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(
+        logged
+            .matches("cron: a mark more than a tick ahead of the broker's time is ignored")
+            .count(),
+        1,
+        "warned once: {logged}"
+    );
+    let metrics = parse_prometheus(&wait_ok(&format!("http://127.0.0.1:{port}/metrics")).await);
+    assert_eq!(
+        metric(
+            &metrics,
+            "share_worker_cron_marks_ignored_total",
+            &[("job", "every-2s")]
+        ),
+        Some(1.0),
+        "counted"
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "share_worker_cron_overdue",
+            &[("job", "every-2s")]
+        ),
+        Some(0.0),
+        "not overdue while it fires"
+    );
+    terminate(worker).await;
+
+    // With no worker left, the dashboard says so once two ticks are missed.
+    let (_ui, overview) = dashboard(&scratch, &toml);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let page = get(&overview)
+            .await
+            .map(|(_, body)| body)
+            .unwrap_or_default();
+        if page.contains("no tick fired since") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the dashboard never said the schedule is overdue; last page: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }

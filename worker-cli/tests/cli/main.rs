@@ -12,6 +12,7 @@ mod cancel;
 mod check;
 mod control;
 mod cron;
+mod fleet_rates;
 mod handlers;
 mod https;
 mod image;

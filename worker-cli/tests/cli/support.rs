@@ -32,6 +32,11 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
+        // To read a failed run's worker logs and configs afterwards.
+        if std::env::var_os("SHARE_WORKER_KEEP_SCRATCH").is_some() {
+            eprintln!("scratch kept: {}", self.0.display());
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }

@@ -109,9 +109,7 @@ impl Cancel {
         let at = SystemTime::now();
         Ok(Self {
             job_id: job_id.to_owned(),
-            until: at
-                .checked_add(ttl)
-                .ok_or_else(|| format!("a cancellation of {ttl:?} lapses at no valid time"))?,
+            until: ends_after(at, ttl, "a cancellation")?,
             reason: reason.to_owned(),
             by: by.to_owned(),
             at,
@@ -382,6 +380,27 @@ fn check_text(name: &str, text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The latest time a command can name: RFC 3339 has four-digit years (9999-12-31T23:59:59Z).
+const LATEST_SECS: u64 = 253_402_300_799;
+
+/// When something issued at `at` and lasting `duration` ends; `Err` past the latest time a
+/// command can name (`"8000y"` from now), which no record could carry.
+pub(crate) fn ends_after(
+    at: SystemTime,
+    duration: Duration,
+    what: &str,
+) -> Result<SystemTime, String> {
+    let latest = SystemTime::UNIX_EPOCH + Duration::from_secs(LATEST_SECS);
+    at.checked_add(duration)
+        .filter(|end| *end <= latest)
+        .ok_or_else(|| {
+            format!(
+                "{what} of {} would end after 9999-12-31, the latest time a command can name",
+                humantime::format_duration(duration)
+            )
+        })
+}
+
 fn parse_time(name: &str, text: &str) -> Result<SystemTime, String> {
     humantime::parse_rfc3339_weak(text)
         .map_err(|_| format!("{name} {} is not an RFC 3339 time", quote(text)))
@@ -417,6 +436,30 @@ mod tests {
             at: at(1_800_000_000),
             probe: None,
         }
+    }
+
+    #[test]
+    fn a_command_lasting_past_year_9999_is_refused_and_one_to_it_is_written() {
+        let eight_thousand_years = humantime::parse_duration("8000y").expect("humantime");
+        let err = Cancel::lasting("job-1", eight_thousand_years, "", "ops").expect_err("refused");
+        assert!(
+            err.contains("8000years") && err.contains("9999-12-31"),
+            "{err}"
+        );
+        let err = ends_after(SystemTime::now(), Duration::MAX, "a pause").expect_err("overflow");
+        assert!(err.starts_with("a pause of "), "{err}");
+        let latest = at(LATEST_SECS);
+        let end = ends_after(at(LATEST_SECS - 60), Duration::from_secs(60), "a pause");
+        assert_eq!(end, Ok(latest));
+        let (_, value) = crate::control::cancel_record(&Cancel {
+            until: latest,
+            ..Cancel::lasting("job-1", Duration::from_secs(1), "", "ops").expect("valid")
+        })
+        .expect("encodes");
+        assert!(
+            String::from_utf8_lossy(&value).contains("9999-12-31T23:59:59"),
+            "the latest time is written as RFC 3339"
+        );
     }
 
     #[test]

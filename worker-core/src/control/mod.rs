@@ -39,7 +39,7 @@ pub use command::{Cancel, Pause, Probe};
 pub const JOB_ID: &str = "share.job-id";
 pub use state::ControlState;
 #[cfg(feature = "rdkafka")]
-pub use topic::ControlTopic;
+pub use topic::{ControlTopic, FleetPresence};
 
 /// A worker's view of its group's controls: the state in force, updated as commands arrive.
 /// Cheap to clone; clones see the same state.
@@ -57,9 +57,9 @@ pub struct Controls {
 /// The future of one command's write.
 pub(crate) type Written = std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
-/// Writes one command record (key, value) to the control topic.
+/// Writes one record (key, value; `None`: a tombstone) to the control topic.
 #[derive(Clone)]
-pub(crate) struct Writer(Arc<dyn Fn(String, Vec<u8>) -> Written + Send + Sync>);
+pub(crate) struct Writer(pub(crate) Arc<dyn Fn(String, Option<Vec<u8>>) -> Written + Send + Sync>);
 
 impl std::fmt::Debug for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -153,7 +153,7 @@ impl Controls {
     fn write(&self, record: Result<(String, Vec<u8>), String>) -> Option<Written> {
         let writer = self.writer.clone()?;
         Some(match record {
-            Ok((key, value)) => (writer.0)(key, value),
+            Ok((key, value)) => (writer.0)(key, Some(value)),
             Err(why) => Box::pin(async move { Err(why) }),
         })
     }
@@ -286,10 +286,17 @@ impl ControlSender {
         outcome
     }
 
-    /// Counts and logs a command that is not obeyed.
+    /// Counts and logs a command that is not obeyed: the first, then at each power of two, so
+    /// a topic filled with junk cannot flood the log; `why` is shown on one line, cut.
     fn refuse(&self, why: &str) {
-        self.reading.refused.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(why, "control command refused");
+        let n = self.reading.refused.fetch_add(1, Ordering::Relaxed) + 1;
+        if n.is_power_of_two() {
+            tracing::warn!(
+                why = %crate::checks::one_line(why, 512),
+                refused = n,
+                "control command refused"
+            );
+        }
     }
 }
 

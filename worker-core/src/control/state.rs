@@ -59,6 +59,23 @@ impl ControlState {
             .min()
     }
 
+    /// The keys of at most `max` commands that lapsed by `now` (timed pauses that ended,
+    /// cancellations past their end): a tombstone for each lets compaction remove them.
+    #[cfg_attr(not(feature = "rdkafka"), allow(dead_code))]
+    pub(crate) fn lapsed(&self, now: SystemTime, max: usize) -> Vec<String> {
+        let pauses = self
+            .pauses
+            .values()
+            .filter(|pause| pause.ends().is_some_and(|end| end <= now))
+            .map(|pause| super::command::pause_key(&pause.topic));
+        let cancels = self
+            .cancels
+            .iter()
+            .filter(|(_, until)| **until <= now)
+            .map(|(job, _)| super::command::cancel_key(job));
+        pauses.chain(cancels).take(max).collect()
+    }
+
     /// Applies one command; `Err` says why it is refused.
     pub(crate) fn apply(&mut self, command: Command) -> Result<(), String> {
         match command {
@@ -192,5 +209,29 @@ mod tests {
         }
         let refused = state.apply(cancel("one-more", far)).expect_err("full");
         assert!(refused.contains("refused"), "{refused}");
+    }
+
+    #[test]
+    fn lapsed_pauses_and_cancellations_are_listed_for_tombstones_and_live_ones_are_not() {
+        let mut state = ControlState::default();
+        state.apply(pause("forever", None)).expect("applies");
+        state.apply(pause("ended", Some(10))).expect("applies");
+        state.apply(pause("running", Some(100))).expect("applies");
+        for (id, until) in [("old", 10), ("live", 100)] {
+            state
+                .apply(Command::Cancel(Cancel {
+                    job_id: id.to_owned(),
+                    until: at(until),
+                    reason: String::new(),
+                    by: String::new(),
+                    at: at(0),
+                }))
+                .expect("applies");
+        }
+        let mut lapsed = state.lapsed(at(50), 10);
+        lapsed.sort();
+        assert_eq!(lapsed, ["cancel/old", "pause/ended"]);
+        assert_eq!(state.lapsed(at(50), 1).len(), 1, "at most `max`");
+        assert_eq!(state.lapsed(at(5), 10), Vec::<String>::new());
     }
 }

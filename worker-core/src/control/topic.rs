@@ -5,10 +5,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::{Cancel, ControlSender, ControlState, Controls, Pause, channel};
+use crate::fleet::presence::MemberReader;
 use crate::produce::client::{Producer, producer_config};
 use crate::security::{KafkaContext, RdkafkaSecurity, Security};
 use crate::{Error, ErrorKind, Result};
@@ -22,6 +24,10 @@ const CHECK_EVERY: Duration = Duration::from_secs(5);
 const READER_GROUP: &str = "share-worker-control-reader";
 /// How long a command's write may take.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a follower tombstones the commands that lapsed (plus up to 10 s, to spread the
+/// fleet), and how many at most each time.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+const SWEEP_MAX: usize = 1_000;
 
 /// A share group's control topic on a cluster: where commands are written, and what every worker
 /// of the group follows. Cheap to clone.
@@ -87,7 +93,11 @@ impl ControlTopic {
     pub async fn read(&self, timeout: Duration) -> Result<ControlState> {
         let this = self.clone();
         let (sender, controls) = channel(ControlState::default());
-        blocking(move || this.replay(&sender, timeout).map(drop)).await?;
+        let reader = Reader {
+            sender,
+            members: None,
+        };
+        blocking(move || this.replay(&reader, timeout).map(drop)).await?;
         Ok((*controls.state()).clone())
     }
 
@@ -95,23 +105,52 @@ impl ControlTopic {
     /// own until every clone of the returned [`Controls`] is dropped. A read that fails later
     /// keeps the last state and shows in [`Controls::read_failure`] until reads work again.
     pub async fn follow(&self, timeout: Duration) -> Result<Controls> {
+        self.follow_with(timeout, None).await
+    }
+
+    /// Like [`follow`](Self::follow), and shares the rate limits with the rest of the fleet
+    /// through presence records on the topic (see [`fleet`](crate::fleet)). The returned
+    /// [`Fleet`](crate::fleet::Fleet) goes to [`WorkerBuilder::fleet`](crate::WorkerBuilder::fleet);
+    /// the [`FleetPresence`] leaves the fleet when the worker is done.
+    pub async fn follow_fleet(
+        &self,
+        timeout: Duration,
+    ) -> Result<(Controls, crate::fleet::Fleet, FleetPresence)> {
+        let me = uuid::Uuid::new_v4().simple().to_string();
+        let (reader, parts) = crate::fleet::presence::new(&me);
+        let controls = self.follow_with(timeout, Some(reader)).await?;
+        let writer = controls
+            .writer
+            .clone()
+            .ok_or_else(|| Error::new(ErrorKind::Closed, "the control topic's writer is gone"))?;
+        let (presence, fleet) = crate::fleet::presence::Presence::start(parts, writer);
+        tracing::info!(topic = %self.topic, worker = %me, "fleet: sharing the rates through the control topic");
+        Ok((controls, fleet, FleetPresence(presence)))
+    }
+
+    async fn follow_with(
+        &self,
+        timeout: Duration,
+        members: Option<MemberReader>,
+    ) -> Result<Controls> {
         let this = self.clone();
         let (sender, mut controls) = channel(ControlState::default());
         let writer = self.clone();
         controls.writer = Some(super::Writer(Arc::new(
-            move |key: String, value: Vec<u8>| {
+            move |key: String, value: Option<Vec<u8>>| {
                 let writer = writer.clone();
                 Box::pin(async move {
                     writer
-                        .write(&key, &value, &format!("writing {key}"))
+                        .write(&key, value.as_deref(), &format!("writing {key}"))
                         .await
                         .map_err(|err| err.to_string())
                 }) as super::Written
             },
         )));
-        let (consumer, sender) = blocking(move || {
-            let consumer = this.replay(&sender, timeout)?;
-            Ok((consumer, sender))
+        let reader = Reader { sender, members };
+        let (consumer, reader) = blocking(move || {
+            let consumer = this.replay(&reader, timeout)?;
+            Ok((consumer, reader))
         })
         .await?;
         // Made now, so the worker's first command (a breaker's pause) is not delayed by it; a
@@ -120,7 +159,7 @@ impl ControlTopic {
         let this = self.clone();
         std::thread::Builder::new()
             .name("share-worker-control".to_owned())
-            .spawn(move || this.follow_on(&consumer, &sender))
+            .spawn(move || this.follow_on(&consumer, &reader))
             .map_err(|err| {
                 Error::new(
                     ErrorKind::Io,
@@ -149,7 +188,7 @@ impl ControlTopic {
             probe: None,
         };
         let (key, value) = super::pause_record(&pause).map_err(|why| self.invalid(&why))?;
-        self.write(&key, &value, &format!("pausing {topic}"))
+        self.write(&key, Some(&value), &format!("pausing {topic}"))
             .await?;
         Ok(pause)
     }
@@ -162,9 +201,8 @@ impl ControlTopic {
         reason: &str,
         by: &str,
     ) -> Result<Pause> {
-        let until = SystemTime::now().checked_add(duration).ok_or_else(|| {
-            self.invalid(&format!("a pause of {duration:?} ends at no valid time"))
-        })?;
+        let until = super::command::ends_after(SystemTime::now(), duration, "a pause")
+            .map_err(|why| self.invalid(&why))?;
         self.pause(topic, Some(until), reason, by).await
     }
 
@@ -172,7 +210,8 @@ impl ControlTopic {
     pub async fn resume(&self, topic: &str, reason: &str, by: &str) -> Result<()> {
         let (key, value) = super::resume_record(topic, reason, by, SystemTime::now())
             .map_err(|why| self.invalid(&why))?;
-        self.write(&key, &value, &format!("resuming {topic}")).await
+        self.write(&key, Some(&value), &format!("resuming {topic}"))
+            .await
     }
 
     /// Cancels job `job_id` fleet-wide for `ttl` (then the cancellation lapses), once the
@@ -187,7 +226,7 @@ impl ControlTopic {
     ) -> Result<Cancel> {
         let cancel = Cancel::lasting(job_id, ttl, reason, by).map_err(|why| self.invalid(&why))?;
         let (key, value) = super::cancel_record(&cancel).map_err(|why| self.invalid(&why))?;
-        self.write(&key, &value, &format!("cancelling job {job_id}"))
+        self.write(&key, Some(&value), &format!("cancelling job {job_id}"))
             .await?;
         Ok(cancel)
     }
@@ -199,16 +238,16 @@ impl ControlTopic {
         )
     }
 
-    async fn write(&self, key: &str, value: &[u8], what: &str) -> Result<()> {
+    /// Writes one record (`value` `None`: a tombstone).
+    async fn write(&self, key: &str, value: Option<&[u8]>, what: &str) -> Result<()> {
         let producer = self.producer()?;
         let what = format!("{what} on control topic {}", self.topic);
-        let written = producer
-            .write(
-                FutureRecord::to(&self.topic)
-                    .key(key.as_bytes())
-                    .payload(value),
-            )
-            .await;
+        let record = FutureRecord::<[u8], [u8]>::to(&self.topic).key(key.as_bytes());
+        let record = match value {
+            Some(value) => record.payload(value),
+            None => record,
+        };
+        let written = producer.write(record).await;
         if written.is_err()
             && let Ok(mut cached) = self.writer.0.lock()
             && cached.as_ref().is_some_and(|c| Arc::ptr_eq(c, &producer))
@@ -271,15 +310,28 @@ impl ControlTopic {
     }
 
     /// Reads the topic from its start to the end it had when the read began, applying every
-    /// command to `sender`; returns the consumer, positioned after them.
-    fn replay(
-        &self,
-        sender: &ControlSender,
-        timeout: Duration,
-    ) -> Result<BaseConsumer<KafkaContext>> {
-        let deadline = Instant::now() + timeout;
+    /// record to `reader`; returns the consumer, positioned after them. `timeout` bounds each
+    /// step without progress, not the whole read: a topic filled with junk takes as long as its
+    /// records take to read (a few seconds per million), and is said once with its count.
+    fn replay(&self, reader: &Reader, timeout: Duration) -> Result<BaseConsumer<KafkaContext>> {
         let consumer = self.consumer()?;
-        let (_, end) = consumer
+        let metadata = consumer
+            .fetch_metadata(Some(&self.topic), timeout)
+            .map_err(|err| self.unreadable(&err.to_string(), consumer.context().refusal()))?;
+        if let Some(topic) = metadata.topics().iter().find(|t| t.name() == self.topic)
+            && topic.partitions().len() > 1
+        {
+            return Err(Error::new(
+                ErrorKind::Config,
+                format!(
+                    "control topic {} on {} has {} partitions: it must have exactly 1, so that every worker reads every command in one order (a command written to another partition would be ignored); recreate it with `share-worker setup`",
+                    self.topic,
+                    self.bootstrap,
+                    topic.partitions().len()
+                ),
+            ));
+        }
+        let (start, end) = consumer
             .fetch_watermarks(&self.topic, 0, timeout)
             .map_err(|err| self.unreadable(&err.to_string(), consumer.context().refusal()))?;
         let mut assignment = TopicPartitionList::new();
@@ -290,22 +342,23 @@ impl ControlTopic {
             .assign(&assignment)
             .map_err(|err| self.unreadable(&err.to_string(), None))?;
         let mut next = 0;
+        let mut progress = Instant::now();
+        let (mut read, mut refused) = (0u64, 0u64);
         while next < end {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if progress.elapsed() >= timeout {
                 return Err(self.unreadable(
-                    &format!("read up to offset {next} of {end} within {timeout:?}"),
+                    &format!("no record read for {timeout:?} at offset {next} of {end}"),
                     consumer.context().refusal(),
                 ));
             }
-            match consumer.poll(left.min(POLL)) {
+            match consumer.poll(POLL) {
                 Some(Ok(message)) => {
                     next = message.offset() + 1;
-                    sender.apply_record(
-                        message.key(),
-                        message.payload(),
-                        &format!("{}@{}", self.topic, message.offset()),
-                    );
+                    progress = Instant::now();
+                    read += 1;
+                    if !reader.apply(&self.topic, &message) {
+                        refused += 1;
+                    }
                 }
                 Some(Err(err)) => {
                     if let Some(said) = consumer.context().refusal() {
@@ -317,31 +370,48 @@ impl ControlTopic {
             if let Ok(positions) = consumer.position()
                 && let Some(Offset::Offset(at)) =
                     positions.find_partition(&self.topic, 0).map(|p| p.offset())
+                && at > next
             {
-                next = next.max(at);
+                next = at;
+                progress = Instant::now();
             }
         }
-        let state = sender.state.borrow().clone();
+        let state = reader.sender.state.borrow().clone();
+        if refused > 0 {
+            tracing::warn!(
+                topic = %self.topic,
+                refused,
+                read,
+                "control topic read: records that are no valid command were ignored (anyone who can write the topic can write them; see its ACLs)"
+            );
+        }
         tracing::info!(
             topic = %self.topic,
-            commands = end,
+            records = read,
+            from = start,
+            to = end,
             paused = state.pauses(SystemTime::now()).count(),
             "control topic read"
         );
         Ok(consumer)
     }
 
-    /// Follows the topic until every receiver of `sender` is gone.
-    fn follow_on(&self, consumer: &BaseConsumer<KafkaContext>, sender: &ControlSender) {
+    /// Follows the topic until every receiver of the reader's sender is gone.
+    fn follow_on(&self, consumer: &BaseConsumer<KafkaContext>, reader: &Reader) {
+        let sender = &reader.sender;
         let mut checked = Instant::now();
+        let mut sweep = Instant::now() + SWEEP_EVERY;
         while !sender.state.is_closed() {
+            if Instant::now() >= sweep {
+                sweep = Instant::now()
+                    + SWEEP_EVERY
+                    + Duration::from_millis(rand::random::<u64>() % 10_000);
+                let lapsed = sender.state.borrow().lapsed(SystemTime::now(), SWEEP_MAX);
+                self.sweep_lapsed(consumer, lapsed);
+            }
             match consumer.poll(POLL) {
                 Some(Ok(message)) => {
-                    sender.apply_record(
-                        message.key(),
-                        message.payload(),
-                        &format!("{}@{}", self.topic, message.offset()),
-                    );
+                    reader.apply(&self.topic, &message);
                     sender.set_read_failure(None);
                     checked = Instant::now();
                 }
@@ -370,6 +440,41 @@ impl ControlTopic {
         }
     }
 
+    /// Tombstones the `lapsed` pauses and cancellations, so compaction keeps the topic as small
+    /// as the controls in force. Every worker sweeps; a tombstone written twice is harmless.
+    ///
+    /// A tombstone is a resume (or an uncancel), so it is written only while this follower has
+    /// read everything but its own tombstones: a command written meanwhile could be a new pause
+    /// of the same route, which the tombstone would undo. Otherwise the sweep waits for the next
+    /// round. A sweep takes at most one poll's time ([`POLL`]): the follower reads the fleet's
+    /// presence records too, and a worker that stops reading loses its lease.
+    fn sweep_lapsed(&self, consumer: &BaseConsumer<KafkaContext>, lapsed: Vec<String>) {
+        let deadline = Instant::now() + POLL;
+        let Some(read) = consumer.position().ok().and_then(|positions| {
+            positions
+                .find_partition(&self.topic, 0)
+                .and_then(|position| position.offset().to_raw())
+        }) else {
+            return;
+        };
+        for (written, key) in (0_i64..).zip(lapsed) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let caught_up = consumer
+                .fetch_watermarks(&self.topic, 0, left)
+                .is_ok_and(|(_, high)| high == read + written);
+            if !caught_up {
+                break;
+            }
+            if let Err(err) = futures::executor::block_on(self.write(&key, None, "tombstoning")) {
+                tracing::debug!(key, error = %err, "control: a lapsed command's tombstone was not written");
+                break;
+            }
+        }
+    }
+
     fn unreadable(&self, why: &str, refusal: Option<String>) -> Error {
         let (kind, why) = match refusal {
             Some(said) => (ErrorKind::Authentication, said),
@@ -382,6 +487,51 @@ impl ControlTopic {
                 self.topic, self.bootstrap
             ),
         )
+    }
+}
+
+/// Where the records read go: commands to the controls, presence records to the fleet's ledger
+/// (ignored when this worker shares no rate through the topic).
+struct Reader {
+    sender: ControlSender,
+    members: Option<MemberReader>,
+}
+
+impl Reader {
+    /// Applies one record; `false` when it is neither a valid command nor a presence record.
+    fn apply(&self, topic: &str, message: &BorrowedMessage<'_>) -> bool {
+        let at = format!("{topic}@{}", message.offset());
+        if message
+            .key()
+            .is_some_and(|key| key.starts_with(crate::fleet::member::PREFIX.as_bytes()))
+        {
+            if let (Some(members), Some(key)) = (&self.members, message.key()) {
+                members.read(
+                    message.offset(),
+                    key,
+                    message.payload(),
+                    message.timestamp().to_millis(),
+                    &at,
+                );
+            }
+            return true;
+        }
+        self.sender
+            .apply_record(message.key(), message.payload(), &at)
+    }
+}
+
+/// This worker's presence in its fleet, from [`ControlTopic::follow_fleet`]: [`leave`](Self::leave)
+/// it when the worker is done, so the others take its share at once (dropped, the leave is only
+/// attempted).
+#[derive(Debug)]
+pub struct FleetPresence(crate::fleet::presence::Presence);
+
+impl FleetPresence {
+    /// Stops starting rate-limited records, says so on the control topic and removes this
+    /// worker's presence record; waits at most a few seconds for the writes.
+    pub async fn leave(self) {
+        self.0.leave().await;
     }
 }
 

@@ -88,6 +88,15 @@ impl Schedule {
                 format!("`timezone`: {zone:?} is not an IANA time zone (like \"Europe/Berlin\")"),
             )
         })?;
+        let from = zone.from_utc_datetime(&Utc::now().naive_utc());
+        if cron.find_next_occurrence(&from, false).is_err() {
+            return Err(Error::new(
+                ErrorKind::Config,
+                format!(
+                    "`schedule`: {expression:?} never matches a time (like the 30th of February)"
+                ),
+            ));
+        }
         Ok(Schedule::Cron {
             expression: expression.to_owned(),
             cron: Box::new(cron),
@@ -125,6 +134,22 @@ impl Schedule {
                 Some(next.timestamp_millis())
             }
         }
+    }
+
+    /// Whether a mark of `tick` read at `reference` (the broker's time, in ms) comes from the
+    /// future: later than the first tick after `reference`. A firer whose clock runs a little ahead
+    /// may write the next tick early; a mark further ahead (forged, or from a clock far off) would
+    /// keep the schedule from firing until then.
+    pub fn is_ahead(&self, tick: i64, reference: i64) -> bool {
+        self.next_after(reference).is_none_or(|next| tick > next)
+    }
+
+    /// Whether this schedule, last fired at `last`, has missed
+    /// two ticks by `now`: the tick after the next one is due and the next one was never fired.
+    pub fn is_overdue(&self, last: i64, now: SystemTime) -> bool {
+        self.next_after(last)
+            .and_then(|next| self.next_after(next))
+            .is_some_and(|second| millis(now) >= second)
     }
 }
 
@@ -222,6 +247,36 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(zone.contains("`timezone`: \"Mars/Olympus\""), "{zone}");
+    }
+
+    #[test]
+    fn a_mark_more_than_a_tick_ahead_is_from_the_future_and_two_missed_ticks_are_overdue() {
+        let every = Schedule::every(Duration::from_secs(10)).unwrap();
+        let now = 1_700_000_004_000;
+        assert!(!every.is_ahead(1_700_000_000_000, now), "the latest tick");
+        assert!(
+            !every.is_ahead(1_700_000_010_000, now),
+            "the next: a clock a little ahead"
+        );
+        assert!(every.is_ahead(1_700_000_020_000, now), "two ticks ahead");
+        assert!(every.is_ahead(i64::MAX, now));
+        let last = 1_700_000_000_000;
+        assert!(
+            !every.is_overdue(last, at(1_700_000_019_999)),
+            "one tick late"
+        );
+        assert!(every.is_overdue(last, at(1_700_000_020_000)), "two");
+        assert!(!every.is_overdue(i64::MAX, at(now)), "past the end of time");
+    }
+
+    #[test]
+    fn a_cron_expression_that_never_matches_is_refused() {
+        for never in ["0 0 30 2 *", "0 0 31 4 *", "0 0 0 31 11 *"] {
+            let err = Schedule::cron(never, "UTC").unwrap_err().to_string();
+            assert!(err.contains("never matches"), "{never}: {err}");
+        }
+        let leap_day = Schedule::cron("0 0 29 2 *", "UTC").expect("every four years");
+        assert!(leap_day.next_after(1_700_000_000_000).is_some());
     }
 
     #[test]

@@ -14,11 +14,11 @@
 //!   read_committed` on the share group): an aborted firing's job record stays in the log.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Meter};
+use opentelemetry::metrics::{Counter, Meter, ObservableGauge};
 use std::time::{Duration, Instant, SystemTime};
 
 use rdkafka::ClientConfig;
@@ -31,7 +31,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use tokio_util::sync::CancellationToken;
 
 use super::job::CronJob;
-use super::schedule::due;
+use super::schedule::{due, millis};
 use crate::control::JOB_ID;
 use crate::security::{KafkaContext, RdkafkaSecurity, Security};
 use crate::{Error, ErrorKind, Result};
@@ -65,6 +65,13 @@ pub struct CronScheduler {
     firing: Arc<AtomicBool>,
     /// `share_worker.cron.firings`, once the worker runs.
     fired: Arc<OnceLock<Counter<u64>>>,
+    /// Marks from the future ignored (each counted once, however often the topic is read: the
+    /// highest offset counted), and `share_worker.cron.marks_ignored` once the worker runs.
+    ignored: Arc<AtomicU64>,
+    ignored_through: Arc<AtomicI64>,
+    ignored_metric: Arc<OnceLock<Counter<u64>>>,
+    /// `share_worker.cron.overdue`, once the worker runs.
+    overdue: Arc<OnceLock<ObservableGauge<u64>>>,
 }
 
 impl std::fmt::Debug for CronScheduler {
@@ -89,6 +96,10 @@ impl CronScheduler {
             firings: Arc::default(),
             firing: Arc::default(),
             fired: Arc::default(),
+            ignored: Arc::default(),
+            ignored_through: Arc::new(AtomicI64::new(-1)),
+            ignored_metric: Arc::default(),
+            overdue: Arc::default(),
         }
     }
 
@@ -173,12 +184,41 @@ impl CronScheduler {
         Ok(firings)
     }
 
-    /// Counts its firings with the worker's `meter`.
+    /// Counts its firings and the marks it ignores with the worker's `meter`, and says which
+    /// schedules are overdue (from the marks this worker reads; a schedule never fired counts
+    /// from now).
     pub(crate) fn attach(&self, meter: &Meter) {
         let _ = self.fired.set(
             meter
                 .u64_counter(crate::telemetry::names::CRON_FIRINGS)
                 .with_description("Ticks of a periodic job this worker fired.")
+                .build(),
+        );
+        let _ = self.ignored_metric.set(
+            meter
+                .u64_counter(crate::telemetry::names::CRON_MARKS_IGNORED)
+                .with_description(
+                    "Marks on the cron topic ignored: more than a tick ahead of the broker's time.",
+                )
+                .build(),
+        );
+        let since = millis(SystemTime::now());
+        let (jobs, firings) = (self.jobs.clone(), self.firings.clone());
+        let _ = self.overdue.set(
+            meter
+                .u64_observable_gauge(crate::telemetry::names::CRON_OVERDUE)
+                .with_description("1 while a periodic job has missed two ticks (no tick fired since its last firing), else 0.")
+                .with_callback(move |observer| {
+                    let now = SystemTime::now();
+                    let firings = firings.lock().unwrap_or_else(PoisonError::into_inner);
+                    for job in &jobs {
+                        let last = firings.get(job.name()).copied().unwrap_or(since);
+                        observer.observe(
+                            u64::from(job.schedule().is_overdue(last, now)),
+                            &[KeyValue::new(crate::telemetry::names::JOB, job.name().to_owned())],
+                        );
+                    }
+                })
                 .build(),
         );
     }
@@ -273,10 +313,48 @@ impl CronScheduler {
     /// A firing's mark: the name of one of its jobs and the tick. Anything else on the topic (a
     /// record that is no mark, a job it does not have) is ignored, so what it keeps is bounded
     /// by its jobs.
+    ///
+    /// A mark more than a tick ahead of the broker's time (the record's log-append time; the
+    /// local clock on a topic that keeps producers' times) is ignored too, with a warning: it
+    /// would keep the schedule from firing until then.
     fn mark(&self, message: &rdkafka::message::BorrowedMessage<'_>) -> Option<(String, i64)> {
         let name = std::str::from_utf8(message.key()?).ok()?;
         let job = self.jobs.iter().find(|job| job.name() == name)?;
         let tick = std::str::from_utf8(message.payload()?).ok()?.parse().ok()?;
+        let (reference, clock) = match message.timestamp() {
+            rdkafka::Timestamp::LogAppendTime(at) => (at, "the broker's"),
+            _ => (millis(SystemTime::now()), "this worker's"),
+        };
+        if job.schedule().is_ahead(tick, reference) {
+            if self
+                .ignored_through
+                .fetch_max(message.offset(), Ordering::Relaxed)
+                >= message.offset()
+            {
+                return None;
+            }
+            let n = self.ignored.fetch_add(1, Ordering::Relaxed) + 1;
+            if let Some(metric) = self.ignored_metric.get() {
+                metric.add(
+                    1,
+                    &[KeyValue::new(
+                        crate::telemetry::names::JOB,
+                        job.name().to_owned(),
+                    )],
+                );
+            }
+            if n.is_power_of_two() {
+                tracing::warn!(
+                    at = %format!("{}@{}", message.topic(), message.offset()),
+                    job = job.name(),
+                    tick,
+                    time = reference,
+                    ignored = n,
+                    "cron: a mark more than a tick ahead of {clock} time is ignored (forged, or written by a clock far ahead)"
+                );
+            }
+            return None;
+        }
         Some((job.name().to_owned(), tick))
     }
 

@@ -20,13 +20,14 @@ struct KeyState {
     running: usize,
     /// Records waiting for the key, in arrival order.
     waiting: VecDeque<SlotKey>,
-    /// Records of the key waiting for its rate limit.
-    throttled: usize,
+    /// Records of the key waiting for its rate limit, in the order they came: the first takes
+    /// the key's next permit.
+    throttled: VecDeque<SlotKey>,
 }
 
 impl KeyState {
     fn is_idle(&self) -> bool {
-        self.running == 0 && self.waiting.is_empty() && self.throttled == 0
+        self.running == 0 && self.waiting.is_empty() && self.throttled.is_empty()
     }
 }
 
@@ -56,7 +57,7 @@ impl Keys {
     pub(crate) fn waiting_for(&self, route: usize, key: u64) -> usize {
         self.keys
             .get(&(route, key))
-            .map_or(0, |state| state.waiting.len() + state.throttled)
+            .map_or(0, |state| state.waiting.len() + state.throttled.len())
     }
 
     /// Records waiting for any key or key limit.
@@ -111,24 +112,39 @@ impl Keys {
         }
     }
 
-    /// A record of `key` began (`true`) or stopped waiting for its rate limit.
-    pub(crate) fn throttled(&mut self, route: usize, key: u64, began: bool) {
-        if began {
-            self.keys.entry((route, key)).or_default().throttled += 1;
-            self.waiting += 1;
-            return;
+    /// Where `slot` stands in the line for `key`'s rate limit (0: first); it joins at the end
+    /// when it is not in it.
+    pub(crate) fn stand(&mut self, route: usize, key: u64, slot: SlotKey) -> usize {
+        let line = &mut self.keys.entry((route, key)).or_default().throttled;
+        match line.iter().position(|s| *s == slot) {
+            Some(at) => at,
+            None => {
+                line.push_back(slot);
+                self.waiting += 1;
+                line.len() - 1
+            }
         }
+    }
+
+    /// `slot` leaves the line for `key`'s rate limit (it took a permit, or stopped waiting);
+    /// returns the record first in line after it, when `slot` was first.
+    pub(crate) fn leave_line(&mut self, route: usize, key: u64, slot: SlotKey) -> Option<SlotKey> {
         let Entry::Occupied(mut entry) = self.keys.entry((route, key)) else {
-            return;
+            return None;
         };
         let state = entry.get_mut();
-        if state.throttled > 0 {
-            state.throttled -= 1;
-            self.waiting = self.waiting.saturating_sub(1);
-        }
+        let at = state.throttled.iter().position(|s| *s == slot)?;
+        state.throttled.remove(at);
+        self.waiting = self.waiting.saturating_sub(1);
+        let next = if at == 0 {
+            state.throttled.front().copied()
+        } else {
+            None
+        };
         if state.is_idle() {
             entry.remove();
         }
+        next
     }
 
     /// Every record waiting for a key (shutdown); they are no longer in the queues.
@@ -170,11 +186,12 @@ mod tests {
         assert_eq!(keys.running(1, k), 0, "routes keep their keys apart");
         keys.wait(0, k, a);
         keys.wait(0, k, b);
-        keys.throttled(0, k, true);
+        assert_eq!(keys.stand(0, k, c), 0, "first in the key's rate line");
+        assert_eq!(keys.stand(0, k, c), 0, "standing again keeps the place");
         assert_eq!((keys.waiting_for(0, k), keys.waiting()), (3, 3));
         keys.stop_waiting(0, k, a);
         assert_eq!(keys.release(0, k), Some(b));
-        keys.throttled(0, k, false);
+        assert_eq!(keys.leave_line(0, k, c), None);
         assert_eq!((keys.waiting_for(0, k), keys.waiting()), (0, 0));
         assert_eq!(keys.len(), 0, "nothing runs or waits: the entry is gone");
         keys.wait(1, k, c);

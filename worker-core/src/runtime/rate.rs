@@ -24,7 +24,7 @@ use governor::clock::{Clock, Reference};
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::keyed::ShrinkableKeyedStateStore;
-use governor::state::{InMemoryState, NotKeyed, StateStore};
+use governor::state::{NotKeyed, StateStore};
 use governor::{Quota, RateLimiter};
 use tokio::time::Instant;
 
@@ -91,14 +91,22 @@ impl RateLimit {
     }
 
     /// One of `workers` equal shares of the limit: the interval between permits `workers` times
-    /// as long, the burst divided (rounded up, at least 1).
+    /// as long, the burst divided (rounded down, at least 1), so the shares' bursts add up to
+    /// at most the burst (or to `workers`, when there are more workers than the burst).
+    /// How long the whole rate takes to refill its burst (at least its interval).
+    pub(crate) fn refill(&self) -> Duration {
+        let count = self.count.max(1);
+        let burst = self.burst.unwrap_or(count).max(1);
+        self.per.saturating_mul(burst) / count
+    }
+
     pub(crate) fn shared_quota(&self, what: &str, workers: u32) -> Result<Quota> {
         let bad = |why: &str| Error::new(ErrorKind::Config, format!("`{what}`: {why}"));
         let count = NonZeroU32::new(self.count).ok_or_else(|| bad("expected at least 1 record"))?;
         let burst = NonZeroU32::new(self.burst.unwrap_or(self.count))
             .ok_or_else(|| bad("expected a burst of at least 1"))?;
         let workers = workers.max(1);
-        let burst = NonZeroU32::new(burst.get().div_ceil(workers)).unwrap_or(NonZeroU32::MIN);
+        let burst = NonZeroU32::new(burst.get() / workers).unwrap_or(NonZeroU32::MIN);
         let interval = self.per.saturating_mul(workers) / count.get();
         Quota::with_period(interval)
             .map(|quota| quota.allow_burst(burst))
@@ -175,26 +183,112 @@ impl Clock for TokioClock {
     }
 }
 
+/// A limiter's quota and start: what its GCRA states mean in time.
+#[derive(Clone, Copy, Debug)]
+struct Schedule {
+    quota: Quota,
+    /// When the limiter was made: governor counts its states from about then (it reads the
+    /// clock a moment later, so a carried permit may come that moment late, never early).
+    created: Instant,
+}
+
+impl Schedule {
+    fn new(quota: Quota) -> Self {
+        Self {
+            quota,
+            created: Instant::now(),
+        }
+    }
+
+    fn interval(&self) -> Duration {
+        self.quota.replenish_interval()
+    }
+
+    fn burst(&self) -> u32 {
+        self.quota.burst_size().get()
+    }
+
+    /// The burst after the first permit: governor's GCRA gives the next permit at `tat - tau`.
+    fn tau(&self) -> Duration {
+        self.interval() * (self.burst() - 1)
+    }
+
+    /// Nanoseconds since the start, as governor keeps its states.
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.created).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// The state with `tokens` permits there at `now` (at most the burst; with none, the next
+    /// one an interval later).
+    fn with_tokens(&self, tokens: u32, now: Instant) -> u64 {
+        let spent = self.burst().saturating_sub(tokens);
+        self.nanos(now.checked_add(self.interval() * spent).unwrap_or(now))
+    }
+
+    /// The permits state `tat` has at `now`, or when its next one comes.
+    fn tokens(&self, tat: u64, now: Instant) -> std::result::Result<u32, Instant> {
+        let replenished = self.created + Duration::from_nanos(tat);
+        if replenished <= now {
+            return Ok(self.burst());
+        }
+        let next_permit = replenished.checked_sub(self.tau()).unwrap_or(self.created);
+        if next_permit > now {
+            return Err(next_permit);
+        }
+        let earned = now.duration_since(next_permit).as_nanos() / self.interval().as_nanos().max(1);
+        Ok(u32::try_from(earned + 1)
+            .unwrap_or(u32::MAX)
+            .min(self.burst()))
+    }
+
+    /// The state in `next` of a state `tat` of this schedule at `now`: as many permits as it
+    /// has now (at most `next`'s burst), or, with none, the same next permit and the burst
+    /// after it spent.
+    ///
+    /// A change of share so never adds a permit: the permits a fleet has at any instant never
+    /// add up to more than its burst, and it gains more only at the rate. Nor does it cost
+    /// anyone its place in the old schedule (a fleet whose shares change at every join would
+    /// otherwise lose up to an interval per member at each change).
+    fn carry(&self, tat: u64, next: &Schedule, now: Instant) -> u64 {
+        match self.tokens(tat, now) {
+            Ok(tokens) => next.with_tokens(tokens.min(next.burst()), now),
+            Err(next_permit) => next
+                .nanos(next_permit)
+                .saturating_add(u64::try_from(next.tau().as_nanos()).unwrap_or(u64::MAX)),
+        }
+    }
+}
+
 /// One limit shared by a route (or the whole worker).
 pub(crate) struct Limiter {
-    limiter: RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<Tick>>,
-    interval: Duration,
+    limiter: RateLimiter<NotKeyed, OneState, TokioClock, NoOpMiddleware<Tick>>,
+    /// The same state as the limiter's, to carry it over to a replacement.
+    state: OneState,
+    schedule: Schedule,
 }
 
 impl Limiter {
     pub(crate) fn new(quota: Quota) -> Self {
+        let state = OneState::default();
         Self {
-            interval: quota.replenish_interval(),
-            limiter: RateLimiter::direct_with_clock(quota, TokioClock),
+            schedule: Schedule::new(quota),
+            limiter: RateLimiter::new(quota, state.clone(), TokioClock),
+            state,
         }
     }
 
-    /// A limiter whose burst is used up: its permits come at the rate from now on. For a limiter
-    /// that replaces one in use, so the change of limit grants no extra burst.
-    pub(crate) fn spent(quota: Quota) -> Self {
-        let limiter = Self::new(quota);
-        while limiter.limiter.check().is_ok() {}
-        limiter
+    /// Uses up the burst: the permits come at the rate from now on.
+    pub(crate) fn spend(&self) {
+        while self.limiter.check().is_ok() {}
+    }
+
+    /// A limiter of `quota` replacing this one, with the permits this one has (see
+    /// [`Schedule::carry`]).
+    pub(crate) fn reshared(&self, quota: Quota) -> Self {
+        let next = Self::new(quota);
+        let tat = self.state.lock().unwrap_or(0);
+        *next.state.lock() = Some(self.schedule.carry(tat, &next.schedule, Instant::now()));
+        next
     }
 
     /// Takes a permit, or says how long until one is there.
@@ -206,14 +300,14 @@ impl Limiter {
 
     /// The time between two permits.
     pub(crate) fn interval(&self) -> Duration {
-        self.interval
+        self.schedule.quota.replenish_interval()
     }
 }
 
 impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
-            .field("interval", &self.interval)
+            .field("interval", &self.interval())
             .finish_non_exhaustive()
     }
 }
@@ -223,7 +317,10 @@ pub(crate) struct KeyedLimiter {
     limiter: RateLimiter<u64, KeyStates, TokioClock, NoOpMiddleware<Tick>>,
     /// The same states as the limiter's, to ask whether a key has one and to evict.
     states: KeyStates,
-    interval: Duration,
+    schedule: Schedule,
+    /// For a limiter shared with a fleet: the permits a key first seen before the instant
+    /// starts with, fewer than the burst (see [`KeyedLimiter::joining`]).
+    fresh: Option<(u32, Instant)>,
     max_keys: usize,
     /// When the table was last scanned for replenished keys.
     scanned: Mutex<Option<Instant>>,
@@ -237,12 +334,67 @@ impl KeyedLimiter {
     fn bounded(quota: Quota, max_keys: usize) -> Self {
         let states = KeyStates::default();
         Self {
-            interval: quota.replenish_interval(),
+            schedule: Schedule::new(quota),
             limiter: RateLimiter::new(quota, states.clone(), TokioClock),
             states,
+            fresh: None,
             max_keys: max_keys.max(1),
             scanned: Mutex::new(None),
         }
+    }
+
+    /// A limiter of a share of a fleet's rate, for a worker that just took it up: for
+    /// `refill` (the time the whole rate takes to refill its burst) a key it has not seen
+    /// starts with one permit, not its share of the burst. The workers already there may have
+    /// spent the fleet's burst on that key just now; a newcomer's full share on top would
+    /// overshoot it.
+    pub(crate) fn joining(quota: Quota, refill: Duration) -> Self {
+        let mut limiter = Self::new(quota);
+        limiter.fresh = Some((1, Instant::now() + refill));
+        limiter
+    }
+
+    /// For a worker that may not start records of this limit now (its share not yet granted,
+    /// or its lease lapsed): forgets every key and starts each, until `refill` after the last
+    /// call, with one permit, as [`KeyedLimiter::joining`] does. Permits saved up while it could
+    /// not start would otherwise come on top of what the others start when it may again.
+    pub(crate) fn hold(&mut self, refill: Duration) {
+        let until = Instant::now() + refill;
+        {
+            let mut table = self.states.lock();
+            if !table.states.is_empty() {
+                table.states.clear();
+                table.by_use.clear();
+            }
+        }
+        self.fresh = Some(match self.fresh {
+            Some((tokens, _)) => (tokens.min(1), until),
+            None => (1, until),
+        });
+    }
+
+    /// A limiter of `quota` replacing this one: each key keeps the permits it has (see
+    /// [`Schedule::carry`]). When the share grows (a worker left), a key not seen yet starts
+    /// with the old, smaller burst for `refill`: the worker that left may have spent its burst
+    /// on that key just before. Costs one pass over the kept keys (at most [`MAX_KEYS`]), at
+    /// each change.
+    pub(crate) fn reshared(&self, quota: Quota, refill: Duration) -> Self {
+        let mut next = Self::bounded(quota, self.max_keys);
+        let now = Instant::now();
+        let old = self.states.lock();
+        let mut new = next.states.lock();
+        for (key, (tat, _)) in &old.states {
+            new.set(*key, self.schedule.carry(*tat, &next.schedule, now));
+        }
+        drop((old, new));
+        let kept = self.fresh.filter(|(_, until)| *until > now);
+        let grown = (next.schedule.burst() > self.schedule.burst())
+            .then(|| (self.schedule.burst(), now + refill));
+        next.fresh = match (kept, grown) {
+            (Some((a, until_a)), Some((b, until_b))) => Some((a.min(b), until_a.max(until_b))),
+            (one, other) => one.or(other),
+        };
+        next
     }
 
     /// Takes a permit for `key`, or says how long until one is there.
@@ -250,6 +402,13 @@ impl KeyedLimiter {
         if self.states.len() >= self.max_keys && !self.states.contains(key) {
             self.scan_if_due();
             while self.states.len() >= self.max_keys && self.states.evict_least_recent() {}
+        }
+        if let Some((tokens, until)) = self.fresh {
+            let now = Instant::now();
+            if now < until && tokens < self.schedule.burst() {
+                let state = self.schedule.with_tokens(tokens, now);
+                self.states.lock().set_if_absent(key, state);
+            }
         }
         self.limiter
             .check_key(&key)
@@ -260,7 +419,7 @@ impl KeyedLimiter {
     fn scan_if_due(&self) {
         let now = Instant::now();
         let mut scanned = self.scanned.lock().unwrap_or_else(|e| e.into_inner());
-        if scanned.is_some_and(|at| now.saturating_duration_since(at) < self.interval) {
+        if scanned.is_some_and(|at| now.saturating_duration_since(at) < self.interval()) {
             return;
         }
         *scanned = Some(now);
@@ -270,16 +429,45 @@ impl KeyedLimiter {
 
     /// The time between two permits of one key.
     pub(crate) fn interval(&self) -> Duration {
-        self.interval
+        self.schedule.quota.replenish_interval()
     }
 }
 
 impl fmt::Debug for KeyedLimiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedLimiter")
-            .field("interval", &self.interval)
+            .field("interval", &self.interval())
             .field("keys", &self.states.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// The one state of a [`Limiter`] (governor's GCRA state; `None` before the first permit).
+/// Clones share the state.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct OneState {
+    tat: Arc<Mutex<Option<u64>>>,
+}
+
+impl OneState {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<u64>> {
+        // Uncontended: only the dispatcher checks limits.
+        self.tat.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl StateStore for OneState {
+    type Key = NotKeyed;
+
+    fn measure_and_replace<T, F, E>(&self, _: &NotKeyed, f: F) -> std::result::Result<T, E>
+    where
+        F: Fn(Option<Nanos>) -> std::result::Result<(T, Nanos), E>,
+    {
+        // The lock makes read-and-replace atomic, as the trait asks.
+        let mut tat = self.lock();
+        let (outcome, next) = f(tat.map(Nanos::from))?;
+        *tat = Some(next.into());
+        Ok(outcome)
     }
 }
 
@@ -297,6 +485,25 @@ struct KeyTable {
     /// Use → key, oldest first.
     by_use: BTreeMap<u64, u64>,
     uses: u64,
+}
+
+impl KeyTable {
+    /// Sets `key`'s state unless it has one.
+    fn set_if_absent(&mut self, key: u64, tat: u64) {
+        if !self.states.contains_key(&key) {
+            self.set(key, tat);
+        }
+    }
+
+    /// Sets `key`'s state, as its most recent use.
+    fn set(&mut self, key: u64, tat: u64) {
+        self.uses += 1;
+        let used = self.uses;
+        if let Some((_, last)) = self.states.insert(key, (tat, used)) {
+            self.by_use.remove(&last);
+        }
+        self.by_use.insert(used, key);
+    }
 }
 
 impl KeyStates {
@@ -331,13 +538,7 @@ impl StateStore for KeyStates {
         let mut table = self.lock();
         let previous = table.states.get(key).copied();
         let (outcome, next) = f(previous.map(|(tat, _)| Nanos::from(tat)))?;
-        table.uses += 1;
-        let used = table.uses;
-        if let Some((_, last)) = previous {
-            table.by_use.remove(&last);
-        }
-        table.by_use.insert(used, *key);
-        table.states.insert(*key, (next.into(), used));
+        table.set(*key, next.into());
         Ok(outcome)
     }
 }
@@ -493,6 +694,12 @@ mod tests {
         let third = rate.shared_quota("r", 3).expect("valid");
         assert_eq!(third.replenish_interval(), Duration::from_millis(100));
         assert_eq!(third.burst_size().get(), 10);
+        let sevenths = rate.shared_quota("r", 7).expect("valid");
+        assert_eq!(
+            sevenths.burst_size().get(),
+            4,
+            "30 / 7 rounded down: 28 in all"
+        );
         let spaced = RateLimit::per_second(30)
             .burst(1)
             .shared_quota("r", 4)
@@ -504,13 +711,174 @@ mod tests {
         );
     }
 
+    const SECOND: Duration = Duration::from_secs(1);
+
+    /// How many permits `check` grants in a row now.
+    fn permits(mut check: impl FnMut() -> std::result::Result<(), Duration>) -> usize {
+        (0..1_000).take_while(|_| check().is_ok()).count()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reshared_key_limiter_keeps_each_key_s_permits_and_adds_none() {
+        let rate = RateLimit::per_second(10);
+        let keyed = KeyedLimiter::new(rate.quota("r").expect("valid"));
+        assert_eq!(keyed.check(1), Ok(()), "key 1 used one of its burst");
+        let half = keyed.reshared(rate.shared_quota("r", 2).expect("valid"), SECOND);
+        assert_eq!(
+            permits(|| half.check(1)),
+            5,
+            "key 1 has 9 permits, 5 fit the share"
+        );
+        assert_eq!(half.check(1), Err(Duration::from_millis(200)));
+        assert_eq!(
+            permits(|| half.check(2)),
+            5,
+            "an unseen key has the share's burst"
+        );
+        tokio::time::advance(Duration::from_millis(200)).await;
+        let whole = half.reshared(rate.quota("r").expect("valid"), SECOND);
+        assert_eq!(permits(|| whole.check(1)), 1, "the permit earned, no more");
+        assert_eq!(
+            permits(|| whole.check(3)),
+            5,
+            "for a refill after the share grew, an unseen key has the old burst"
+        );
+        tokio::time::advance(SECOND).await;
+        assert_eq!(permits(|| whole.check(4)), 10, "then the new one");
+        assert_eq!(permits(|| whole.check(1)), 10, "and a replenished key too");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_worker_joining_a_fleet_starts_unseen_keys_with_one_permit_for_a_refill() {
+        let rate = RateLimit::per_second(10);
+        let keyed = KeyedLimiter::joining(rate.shared_quota("r", 2).expect("valid"), SECOND);
+        assert_eq!(permits(|| keyed.check(1)), 1);
+        assert_eq!(keyed.check(1), Err(Duration::from_millis(200)));
+        tokio::time::advance(SECOND).await;
+        assert_eq!(
+            permits(|| keyed.check(2)),
+            5,
+            "after a refill, the share's burst"
+        );
+        let third = keyed.reshared(rate.shared_quota("r", 3).expect("valid"), SECOND);
+        assert_eq!(
+            permits(|| third.check(3)),
+            3,
+            "no refill once the join is past"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_key_limiter_starts_every_key_as_a_newcomer_for_a_refill_after() {
+        let rate = RateLimit::per_second(10);
+        let mut keyed = KeyedLimiter::new(rate.shared_quota("r", 2).expect("valid"));
+        assert_eq!(keyed.check(1), Ok(()));
+        tokio::time::advance(Duration::from_secs(5)).await;
+        keyed.hold(SECOND);
+        tokio::time::advance(Duration::from_millis(900)).await;
+        assert_eq!(permits(|| keyed.check(1)), 1, "none saved up while held");
+        assert_eq!(permits(|| keyed.check(2)), 1);
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert_eq!(
+            permits(|| keyed.check(3)),
+            5,
+            "a refill after, the share's burst"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reshared_limiter_adds_no_permit_when_its_share_grows() {
+        let rate = RateLimit::per_second(10);
+        let half = Limiter::new(rate.shared_quota("r", 2).expect("valid"));
+        tokio::time::advance(SECOND).await;
+        let whole = half.reshared(rate.quota("r").expect("valid"));
+        assert_eq!(
+            permits(|| whole.check()),
+            5,
+            "the old share's full burst, no more"
+        );
+        assert_eq!(whole.check(), Err(Duration::from_millis(100)));
+        tokio::time::advance(2 * SECOND).await;
+        assert_eq!(
+            permits(|| whole.check()),
+            10,
+            "then it refills to the new burst"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reshared_key_limiter_keeps_each_key_s_next_permit() {
+        let every_100ms = RateLimit::per_second(10).burst(1);
+        for (members, after) in [(2, 200), (1, 100)] {
+            let keyed = KeyedLimiter::new(every_100ms.quota("r").expect("valid"));
+            assert_eq!(keyed.check(1), Ok(()));
+            tokio::time::advance(Duration::from_millis(30)).await;
+            let next = keyed.reshared(
+                every_100ms.shared_quota("r", members).expect("valid"),
+                SECOND,
+            );
+            assert_eq!(
+                next.check(1),
+                Err(Duration::from_millis(70)),
+                "the next permit stays where the old schedule had it ({members} members)"
+            );
+            tokio::time::advance(Duration::from_millis(70)).await;
+            assert_eq!(next.check(1), Ok(()));
+            assert_eq!(
+                next.check(1),
+                Err(Duration::from_millis(after)),
+                "then the new schedule ({members} members)"
+            );
+            tokio::time::advance(Duration::from_secs(1)).await;
+            assert_eq!(next.check(1), Ok(()), "a replenished key has its burst");
+            assert!(next.check(1).is_err());
+            assert_eq!(next.check(2), Ok(()), "an unseen key starts afresh");
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_spent_limiter_grants_no_burst() {
         let quota = RateLimit::per_second(10).quota("r").expect("valid");
-        let limiter = Limiter::spent(quota);
+        let limiter = Limiter::new(quota);
+        limiter.spend();
         assert_eq!(limiter.check(), Err(Duration::from_millis(100)));
         tokio::time::advance(Duration::from_millis(100)).await;
         assert_eq!(limiter.check(), Ok(()));
         assert!(limiter.check().is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reshared_limiter_keeps_its_next_permit_and_no_burst() {
+        let every_100ms = RateLimit::per_second(10).burst(4);
+        for (members, after) in [(2, 200), (1, 100)] {
+            let limiter = Limiter::new(every_100ms.quota("r").expect("valid"));
+            limiter.spend();
+            tokio::time::advance(Duration::from_millis(30)).await;
+            let next = limiter.reshared(every_100ms.shared_quota("r", members).expect("valid"));
+            assert_eq!(
+                next.check(),
+                Err(Duration::from_millis(70)),
+                "the next permit stays where the old schedule had it ({members} members)"
+            );
+            tokio::time::advance(Duration::from_millis(70)).await;
+            assert_eq!(next.check(), Ok(()));
+            assert_eq!(
+                next.check(),
+                Err(Duration::from_millis(after)),
+                "then the new schedule, its burst spent ({members} members)"
+            );
+            tokio::time::advance(Duration::from_secs(1)).await;
+            let burst = 4 / members;
+            for _ in 0..burst {
+                assert_eq!(next.check(), Ok(()), "a replenished limit has its burst");
+            }
+            assert!(next.check().is_err());
+            let fresh = next.reshared(every_100ms.shared_quota("r", 4).expect("valid"));
+            assert_eq!(
+                fresh.check(),
+                Err(Duration::from_millis(after)),
+                "spent: carried"
+            );
+        }
     }
 }

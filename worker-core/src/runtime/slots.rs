@@ -82,6 +82,19 @@ pub(crate) struct Counted {
     pub(crate) throttled: bool,
     /// Waiting for its key.
     pub(crate) key_wait: bool,
+    /// Permits it took and has not used yet (a later limit refused it).
+    pub(crate) permits: Permits,
+    /// The limiter whose line it stands in.
+    pub(crate) in_line: Option<super::lifecycle::LimitKind>,
+}
+
+/// The permits a record waiting for a later limit already holds.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Permits {
+    /// Of its key's rate limit.
+    pub(crate) key: bool,
+    /// Of its route's rate limit.
+    pub(crate) route: bool,
 }
 
 /// Where a delay-topic record came from (its `share.origin.*` headers).

@@ -69,6 +69,11 @@ pub const ROUTE_PAUSED: &str = "share_worker.route.paused";
 pub const ROUTE_SLOTS: &str = "share_worker.route.slots";
 /// Ticks of a periodic job this worker fired (counter; `job`).
 pub const CRON_FIRINGS: &str = "share_worker.cron.firings";
+/// Marks on the cron topic ignored for being more than a tick ahead of the broker's time
+/// (counter; `job`).
+pub const CRON_MARKS_IGNORED: &str = "share_worker.cron.marks_ignored";
+/// 1 while a periodic job has missed two ticks, else 0 (gauge; `job`).
+pub const CRON_OVERDUE: &str = "share_worker.cron.overdue";
 /// Commands read from the control topic (counter; `result`: `obeyed`, `refused`).
 pub const CONTROL_COMMANDS: &str = "share_worker.control.commands";
 /// Records per call of a batch handler (histogram; `topic`).
@@ -96,7 +101,7 @@ pub const JOB: &str = "job";
 pub const LIMIT: &str = "limit";
 
 /// Every metric the worker and [`LagMonitor`](super::LagMonitor) record, in the order above.
-pub const ALL: [&str; 28] = [
+pub const ALL: [&str; 30] = [
     RECORDS_FETCHED,
     RECORDS_COMPLETED,
     HANDLER_DURATION,
@@ -123,6 +128,8 @@ pub const ALL: [&str; 28] = [
     ROUTE_PAUSED,
     ROUTE_SLOTS,
     CRON_FIRINGS,
+    CRON_MARKS_IGNORED,
+    CRON_OVERDUE,
     CONTROL_COMMANDS,
     BATCH_SIZE,
 ];

@@ -1002,6 +1002,12 @@ fn broken_limits_and_delays_name_the_key_and_the_line() {
             "not a cron expression",
         ),
         (
+            route("[[cron]]\nname = \"r\"\ntopic = \"t\"\nschedule = \"0 0 30 2 *\"\n"),
+            "cron[0].schedule",
+            14,
+            "never matches a time",
+        ),
+        (
             route(
                 "[[cron]]\nname = \"r\"\ntopic = \"t\"\nschedule = \"0 9 * * *\"\ntimezone = \"Mars\"\n",
             ),

@@ -416,7 +416,7 @@ where
             progress |= self.poll_dead_letters(cx, now);
             progress |= self.poll_moves(cx, now);
             progress |= self.release_held(now);
-            progress |= self.follow_fleet(now);
+            progress |= self.follow_fleet(cx, now);
             progress |= self.release_throttled(now);
             progress |= self
                 .paths

@@ -1,6 +1,7 @@
 //! Waiting and moving: the admission check against the rate limits and the record's key, the
 //! bookkeeping of records that wait, and the writes to the delay topic.
 
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -11,7 +12,7 @@ use tokio::time::Instant;
 use tower::Service;
 
 use crate::delay::{DelayedRecord, headers};
-use crate::fleet::{Fleet, FleetView};
+use crate::fleet::{Fleet, FleetView, member};
 use crate::source::{Delivery, Header, ShareSource};
 use crate::{Error, Job, Outcome};
 
@@ -19,39 +20,167 @@ use super::super::lifecycle::{Admission, Event, LimitKind, MoveReason, MoveWait,
 use super::super::rate::{KeyedLimiter, Limiter, RateLimit};
 use super::super::routes::Routes;
 use super::super::settings::Settings;
-use super::super::slots::SlotKey;
+use super::super::slots::{Permits, SlotKey};
 use super::super::writes::Written;
 use super::control::{Control, Gate};
 use super::{Dispatcher, write_backs};
 
 /// The shortest guess of when a busy key is free.
 const MIN_KEY_WAIT: Duration = Duration::from_millis(100);
+/// How often a record that needs a share of the fleet's rates looks again while this worker has
+/// none (it is not counted by the fleet yet, or its presence lease lapsed).
+const FENCED_WAIT: Duration = Duration::from_millis(50);
 
-/// The rate limiters of one worker, and how many records wait for each.
+/// The rate limiters of one worker, and the records waiting for each.
 #[derive(Debug, Default)]
 pub(super) struct Limits {
     global: Option<Limiter>,
-    global_waiting: usize,
+    global_line: Line,
     routes: Vec<RouteLimiters>,
-    /// The fleet the worker-wide and route rates are shared with, when they are.
+    /// The fleet the rates are shared with, when they are.
     fleet: Option<FleetShares>,
 }
 
 #[derive(Debug, Default)]
 struct RouteLimiters {
     rate: Option<Limiter>,
-    rate_waiting: usize,
-    per_key: Option<KeyedLimiter>,
+    rate_line: Line,
+    per_key: Option<PerKey>,
     key_concurrency: Option<usize>,
 }
 
-/// The rates as written (for the whole fleet), and how many workers each is shared by now.
+/// A route's per-key limit. Shared with a fleet, each partition has a limiter of its own: a
+/// key's records all come from its partition, so a key's rate is shared by the workers that
+/// have records of that partition (each worker's share follows their count). Not shared, one
+/// limiter serves every partition.
 #[derive(Debug)]
+struct PerKey {
+    rate: RateLimit,
+    shared: bool,
+    /// By partition (`-1` for all, when not shared): how many workers share it, and the limiter.
+    limiters: HashMap<i32, (u32, KeyedLimiter)>,
+}
+
+impl PerKey {
+    fn new(rate: RateLimit, shared: bool) -> Self {
+        Self {
+            rate,
+            shared,
+            limiters: HashMap::new(),
+        }
+    }
+
+    /// The limiter of `partition`'s keys, made at `workers`' share when it is new.
+    fn limiter(&mut self, partition: i32, workers: u32) -> Option<&KeyedLimiter> {
+        let partition = if self.shared { partition } else { -1 };
+        if !self.limiters.contains_key(&partition) {
+            let quota = self.rate.shared_quota("rate-per-key", workers).ok()?;
+            let limiter = if self.shared {
+                KeyedLimiter::joining(quota, self.rate.refill())
+            } else {
+                KeyedLimiter::new(quota)
+            };
+            self.limiters.insert(partition, (workers, limiter));
+        }
+        self.limiters.get(&partition).map(|(_, limiter)| limiter)
+    }
+
+    /// Makes `partition`'s limiter start every key as a newcomer does (see
+    /// [`KeyedLimiter::hold`]), for a worker that may not start records of it now.
+    fn hold(&mut self, partition: i32) {
+        let refill = self.rate.refill();
+        let partition = if self.shared { partition } else { -1 };
+        if let Some((_, limiter)) = self.limiters.get_mut(&partition) {
+            limiter.hold(refill);
+        }
+    }
+
+    /// Each partition's limiter at its share in `view`; each key keeps the permits it has (at
+    /// most the new burst) or its next permit.
+    fn share(&mut self, topic: &str, view: &FleetView) {
+        for (partition, (workers, limiter)) in &mut self.limiters {
+            let n = view.sharing(Some(&claim_of(topic, *partition)));
+            if *workers == n {
+                continue;
+            }
+            *workers = n;
+            if let Ok(quota) = self.rate.shared_quota("rate-per-key", n) {
+                tracing::info!(
+                    rate = %self.rate,
+                    workers = n,
+                    "route {topic}, partition {partition}: the per-key rate is shared by {n} workers of the group"
+                );
+                *limiter = limiter.reshared(quota, self.rate.refill());
+            }
+        }
+    }
+}
+
+/// The presence claim of a partition's per-key rate: `{topic}/{partition}` (no topic name has
+/// a `/`).
+fn claim_of(topic: &str, partition: i32) -> String {
+    format!("{topic}/{partition}")
+}
+
+/// The records waiting for one limiter's permits, in the order they came: only the first may
+/// take the next permit, so a record that waited is never overtaken by one that came later.
+#[derive(Debug, Default)]
+struct Line(VecDeque<SlotKey>);
+
+impl Line {
+    /// Where `key` stands (0: first); it joins at the end when it is not in the line.
+    fn stand(&mut self, key: SlotKey) -> usize {
+        match self.0.iter().position(|k| *k == key) {
+            Some(at) => at,
+            None => {
+                self.0.push_back(key);
+                self.0.len() - 1
+            }
+        }
+    }
+
+    /// `key` leaves the line; returns the record first in line after it, when `key` was first.
+    fn leave(&mut self, key: SlotKey) -> Option<SlotKey> {
+        let at = self.0.iter().position(|k| *k == key)?;
+        self.0.remove(at);
+        if at == 0 {
+            self.0.front().copied()
+        } else {
+            None
+        }
+    }
+
+    fn first(&self) -> Option<SlotKey> {
+        self.0.front().copied()
+    }
+}
+
+/// The rates as written (for the whole fleet), and how many workers each is shared by now.
 struct FleetShares {
     fleet: Fleet,
+    /// The view the limiters run at.
+    view: Arc<FleetView>,
+    /// Wakes the dispatcher when the fleet changes.
+    wake: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
     global: Option<Shared>,
-    /// Per route: its topic, and its rate if it has one.
-    routes: Vec<(Arc<str>, Option<Shared>)>,
+    /// Per route: its topic, its rate and its per-key rate, when it has them.
+    routes: Vec<RouteShares>,
+}
+
+impl std::fmt::Debug for FleetShares {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetShares")
+            .field("global", &self.global)
+            .field("routes", &self.routes)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+struct RouteShares {
+    topic: Arc<str>,
+    rate: Option<Shared>,
+    per_key: bool,
 }
 
 /// A rate for the whole fleet, and how many workers share it now.
@@ -68,34 +197,52 @@ impl Limits {
                 .as_ref()
                 .and_then(limiter)
                 .map(Limiter::new),
-            global_waiting: 0,
+            global_line: Line::default(),
             routes: (0..routes.len())
                 .map(|route| {
                     let limits = routes.limits(route);
                     RouteLimiters {
                         rate: limits.rate.as_ref().and_then(limiter).map(Limiter::new),
-                        rate_waiting: 0,
+                        rate_line: Line::default(),
                         per_key: limits
                             .per_key
-                            .as_ref()
-                            .and_then(limiter)
-                            .map(KeyedLimiter::new),
+                            .filter(|rate| limiter(rate).is_some())
+                            .map(|rate| PerKey::new(rate, config.fleet.is_some())),
                         key_concurrency: limits.key_concurrency,
                     }
                 })
                 .collect(),
             fleet: config.fleet.clone().map(|fleet| FleetShares {
+                view: fleet.view(),
+                wake: fleet.next_change(),
                 fleet,
                 global: config.rate_limit.map(|rate| (rate, 1)),
                 routes: (0..routes.len())
-                    .map(|route| {
-                        let topic = routes.topic(route).cloned().unwrap_or_else(|| "".into());
-                        (topic, routes.limits(route).rate.map(|rate| (rate, 1)))
+                    .map(|route| RouteShares {
+                        topic: routes.topic(route).cloned().unwrap_or_else(|| "".into()),
+                        rate: routes.limits(route).rate.map(|rate| (rate, 1)),
+                        per_key: routes.limits(route).per_key.is_some(),
                     })
                     .collect(),
             }),
         };
-        if let Some(shares) = &limits.fleet {
+        if let Some(shares) = &mut limits.fleet {
+            // Shared limiters start with their bursts used up: what this worker's previous life
+            // (or the rest of the fleet) started just before is not known.
+            for limiter in limits
+                .global
+                .iter()
+                .chain(limits.routes.iter().filter_map(|route| route.rate.as_ref()))
+            {
+                limiter.spend();
+            }
+            for (_, workers) in shares
+                .global
+                .iter_mut()
+                .chain(shares.routes.iter_mut().flat_map(|r| r.rate.iter_mut()))
+            {
+                *workers = 0;
+            }
             let view = shares.fleet.view();
             limits.share(&view);
         }
@@ -103,26 +250,30 @@ impl Limits {
     }
 
     /// Takes up the shares of the fleet as it is now; `true` if it changed.
-    fn follow_fleet(&mut self) -> bool {
-        let Some(view) = self
-            .fleet
-            .as_mut()
-            .and_then(|shares| shares.fleet.changed())
-        else {
+    fn follow_fleet(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(shares) = self.fleet.as_mut() else {
+            return false;
+        };
+        while shares.wake.as_mut().poll(cx).is_ready() {
+            shares.wake = shares.fleet.next_change();
+        }
+        let Some(view) = shares.fleet.changed() else {
             return false;
         };
         self.share(&view);
         true
     }
 
-    /// Makes each shared limiter this worker's share of its rate in `view`. A limiter whose
-    /// share changes starts with its burst used up: a change of share never lets a burst through
-    /// on top of what the other workers already take.
+    /// Makes each shared limiter this worker's share of its rate in `view`, and tells the fleet
+    /// this worker runs at that view. A limiter whose share changes keeps the permits it has (at
+    /// most the new burst) or, with none, its next permit ([`super::super::rate`]'s carry): a
+    /// change of share never lets a burst through on top of what the other workers take, nor
+    /// loses the old schedule's place.
     fn share(&mut self, view: &FleetView) {
         let Some(shares) = &mut self.fleet else {
             return;
         };
-        let reshare = |rate: &RateLimit, workers: &mut u32, n: u32, what: &str| {
+        let quota = |rate: &RateLimit, workers: &mut u32, n: u32, what: &str| {
             if *workers == n {
                 return None;
             }
@@ -132,28 +283,74 @@ impl Limits {
                 rate = %rate,
                 workers = n,
                 per_worker = %format!("1/{:?}", quota.replenish_interval()),
+                burst = quota.burst_size().get(),
                 "{what}: the rate is shared by {n} workers of the group"
             );
-            Some(Limiter::spent(quota))
+            Some(quota)
         };
         if let Some((rate, workers)) = &mut shares.global
-            && let Some(limiter) = reshare(rate, workers, view.sharing(None), "worker")
+            && let Some(quota) = quota(rate, workers, view.sharing(None), "worker")
         {
-            self.global = Some(limiter);
+            self.global = Some(match &self.global {
+                Some(old) => old.reshared(quota),
+                None => Limiter::new(quota),
+            });
         }
-        for (route, (topic, shared)) in shares.routes.iter_mut().enumerate() {
-            if let Some((rate, workers)) = shared
-                && let Some(limiter) = reshare(
-                    rate,
-                    workers,
-                    view.sharing(Some(topic)),
-                    &format!("route {topic}"),
-                )
-                && let Some(limits) = self.routes.get_mut(route)
+        for (route, shared) in shares.routes.iter_mut().enumerate() {
+            let n = view.sharing(Some(&shared.topic));
+            let Some(limits) = self.routes.get_mut(route) else {
+                continue;
+            };
+            if let Some((rate, workers)) = &mut shared.rate
+                && let Some(quota) = quota(rate, workers, n, &format!("route {}", shared.topic))
             {
-                limits.rate = Some(limiter);
+                limits.rate = Some(match &limits.rate {
+                    Some(old) => old.reshared(quota),
+                    None => Limiter::new(quota),
+                });
+            }
+            if let Some(per_key) = &mut limits.per_key {
+                per_key.share(&shared.topic, view);
             }
         }
+        shares.view = Arc::new(view.clone());
+        shares.fleet.applied(view.version());
+    }
+
+    /// How many workers share the per-key rate of route `route`'s `partition` now.
+    fn key_sharing(&self, route: usize, partition: i32) -> u32 {
+        match (
+            &self.fleet,
+            self.fleet.as_ref().and_then(|f| f.routes.get(route)),
+        ) {
+            (Some(shares), Some(r)) => shares.view.sharing(Some(&claim_of(&r.topic, partition))),
+            _ => 1,
+        }
+    }
+
+    /// Whether records of route `route` need a share of the fleet's rates to start and this
+    /// worker has none at `now`; either way it has records waiting for those rates until
+    /// `next` (when it looks again), which its presence claims.
+    fn fenced(&self, route: usize, partition: i32, now: Instant, next: Instant) -> bool {
+        let Some(shares) = &self.fleet else {
+            return false;
+        };
+        let (now, next) = (now.into_std(), next.into_std());
+        let mut fenced = false;
+        if shares.global.is_some() {
+            fenced |= !shares.fleet.may_start(member::WORKER_WIDE, now, next);
+        }
+        if let Some(r) = shares.routes.get(route) {
+            if r.rate.is_some() {
+                fenced |= !shares.fleet.may_start(&r.topic, now, next);
+            }
+            if r.per_key {
+                fenced |= !shares
+                    .fleet
+                    .may_start(&claim_of(&r.topic, partition), now, next);
+            }
+        }
+        fenced
     }
 
     /// Whether route `route` limits or serialises records by key (their keys are hashed).
@@ -172,24 +369,40 @@ where
 {
     /// Checks the record in slot `key` against its key and the limits, in that order: a busy key
     /// uses no permit, and the most specific limit is asked first. A record admitted takes a turn
-    /// of its key. A later limit that refuses may leave an earlier one's permit used: the limits
-    /// are never exceeded, a refused record may only slow its key a little.
+    /// of its key. Each limiter serves its waiters in the order they came (see [`Line`]); a
+    /// permit taken from one limit is kept while a later limit refuses, so no permit is taken
+    /// twice for one start.
     pub(super) fn admission(&mut self, key: SlotKey) -> Admission {
         let admission = self.check_admission(key);
-        if let (Admission::Limited { limit, .. }, Some(job)) = (admission, self.slots.get_mut(key))
-        {
-            job.throttle = Some(limit);
+        if let Some(job) = self.slots.get_mut(key) {
+            match admission {
+                Admission::Limited { limit, wait, .. } => {
+                    job.throttle = Some(limit);
+                    if limit != LimitKind::Paused
+                        && let Some(route) = job.route
+                    {
+                        // It waits for a share: the share stays claimed until it looks again.
+                        let now = Instant::now();
+                        let partition = job.id.partition;
+                        self.waits.limits.fenced(route, partition, now, now + wait);
+                    }
+                }
+                Admission::Go => job.counted.permits = Permits::default(),
+                Admission::KeyBusy { .. } => {}
+            }
         }
         admission
     }
 
     fn check_admission(&mut self, key: SlotKey) -> Admission {
+        let now = Instant::now();
         let Some(job) = self.slots.get(key) else {
             return Admission::Go;
         };
         let Some(route) = job.route else {
             return Admission::Go;
         };
+        let (hash, permits, partition) = (job.key, job.counted.permits, job.id.partition);
         let gate = self.control.gate(route);
         let probing = matches!(gate, Gate::Probing { .. });
         if gate != Gate::Running && !(probing && self.control.breakers.probe_room(route)) {
@@ -199,11 +412,15 @@ where
                 room: true,
             };
         }
-        let hash = job.key;
         let per_key_room = |keys: &super::super::keys::Keys, config: &Settings, hash: u64| {
             keys.waiting_for(route, hash) < config.max_waiting_per_key()
                 && keys.waiting() < config.max_waiting_for_keys()
         };
+        let fenced = self
+            .waits
+            .limits
+            .fenced(route, partition, now, now + FENCED_WAIT);
+        let key_sharing = self.waits.limits.key_sharing(route, partition);
         let Some(limits) = self.waits.limits.routes.get_mut(route) else {
             return Admission::Go;
         };
@@ -217,38 +434,152 @@ where
                 room: per_key_room(&self.waits.keys, self.config, hash),
             };
         }
-        if let (Some(limiter), Some(hash)) = (&limits.per_key, hash)
-            && let Err(wait) = limiter.check(hash)
-        {
-            let ahead = self.waits.keys.waiting_for(route, hash) as u32;
-            return Admission::Limited {
-                limit: LimitKind::Key,
-                wait: wait + limiter.interval() * ahead,
-                room: per_key_room(&self.waits.keys, self.config, hash),
+        let limited = limits.per_key.is_some() || limits.rate.is_some();
+        if fenced && (limited || self.waits.limits.global.is_some()) {
+            // A worker without its share holds no permits: when it gets the share (again), it
+            // starts as a newcomer, with none saved up while it could not start.
+            if let Some(limiter) = &limits.rate {
+                limiter.spend();
+            }
+            if let Some(per_key) = &mut limits.per_key {
+                per_key.hold(partition);
+            }
+            if let Some(limiter) = &self.waits.limits.global {
+                limiter.spend();
+            }
+            let limit = if limited {
+                LimitKind::Route
+            } else {
+                LimitKind::Global
             };
-        }
-        if let Some(limiter) = &limits.rate
-            && let Err(wait) = limiter.check()
-        {
-            // Spread the waiters over the permits to come, so they do not all wake at once.
-            let ahead = u32::try_from(limits.rate_waiting).unwrap_or(u32::MAX);
             return Admission::Limited {
-                limit: LimitKind::Route,
-                wait: wait + limiter.interval().saturating_mul(ahead),
+                limit,
+                wait: FENCED_WAIT,
                 room: true,
             };
         }
-        if let Some(limiter) = &self.waits.limits.global
-            && let Err(wait) = limiter.check()
+        let mut hasten = None;
+        if !permits.key
+            && let (Some(limiter), Some(hash)) = (
+                limits
+                    .per_key
+                    .as_mut()
+                    .and_then(|p| p.limiter(partition, key_sharing)),
+                hash,
+            )
         {
-            let ahead = u32::try_from(self.waits.limits.global_waiting).unwrap_or(u32::MAX);
-            return Admission::Limited {
-                limit: LimitKind::Global,
-                wait: wait + limiter.interval().saturating_mul(ahead),
-                room: true,
+            let place = self.waits.keys.stand(route, hash, key) as u32;
+            let took = if place == 0 {
+                limiter.check(hash)
+            } else {
+                Err(Duration::ZERO)
             };
+            let job = self.slots.get_mut(key);
+            match took {
+                Ok(()) => {
+                    hasten = self.waits.keys.leave_line(route, hash, key);
+                    if let Some(job) = job {
+                        job.counted.permits.key = true;
+                        job.counted.in_line = None;
+                    }
+                }
+                Err(wait) if job.is_some() => {
+                    if let Some(job) = job {
+                        job.counted.in_line = Some(LimitKind::Key);
+                    }
+                    return Admission::Limited {
+                        limit: LimitKind::Key,
+                        wait: wait + limiter.interval() * place,
+                        room: per_key_room(&self.waits.keys, self.config, hash),
+                    };
+                }
+                Err(wait) => {
+                    return Admission::Limited {
+                        limit: LimitKind::Key,
+                        wait: wait + limiter.interval() * place,
+                        room: per_key_room(&self.waits.keys, self.config, hash),
+                    };
+                }
+            }
         }
-        if let (Some(_), Some(hash)) = (limits.key_concurrency, hash) {
+        if let Some(next) = hasten.take() {
+            self.hasten(next, now);
+        }
+        let Some(limits) = self.waits.limits.routes.get_mut(route) else {
+            return Admission::Go;
+        };
+        if !permits.route
+            && let Some(limiter) = &limits.rate
+        {
+            let place = limits.rate_line.stand(key) as u32;
+            let took = if place == 0 {
+                limiter.check()
+            } else {
+                Err(Duration::ZERO)
+            };
+            let job = self.slots.get_mut(key);
+            match took {
+                Ok(()) => {
+                    hasten = limits.rate_line.leave(key);
+                    if let Some(job) = job {
+                        job.counted.permits.route = true;
+                        job.counted.in_line = None;
+                    }
+                }
+                Err(wait) => {
+                    if let Some(job) = job {
+                        job.counted.in_line = Some(LimitKind::Route);
+                    }
+                    return Admission::Limited {
+                        limit: LimitKind::Route,
+                        wait: wait + limiter.interval().saturating_mul(place),
+                        room: true,
+                    };
+                }
+            }
+        }
+        if let Some(next) = hasten.take() {
+            self.hasten(next, now);
+        }
+        if let Some(limiter) = &self.waits.limits.global {
+            let line = &mut self.waits.limits.global_line;
+            let place = line.stand(key) as u32;
+            let took = if place == 0 {
+                limiter.check()
+            } else {
+                Err(Duration::ZERO)
+            };
+            let job = self.slots.get_mut(key);
+            match took {
+                Ok(()) => {
+                    hasten = line.leave(key);
+                    if let Some(job) = job {
+                        job.counted.in_line = None;
+                    }
+                }
+                Err(wait) => {
+                    if let Some(job) = job {
+                        job.counted.in_line = Some(LimitKind::Global);
+                    }
+                    return Admission::Limited {
+                        limit: LimitKind::Global,
+                        wait: wait + limiter.interval().saturating_mul(place),
+                        room: true,
+                    };
+                }
+            }
+        }
+        if let Some(next) = hasten.take() {
+            self.hasten(next, now);
+        }
+        if let (Some(Some(_)), Some(hash)) = (
+            self.waits
+                .limits
+                .routes
+                .get(route)
+                .map(|r| r.key_concurrency),
+            hash,
+        ) {
             self.waits.keys.acquire(route, hash);
             if let Some(job) = self.slots.get_mut(key) {
                 job.holds_key = true;
@@ -261,6 +592,45 @@ where
             job.probe = true;
         }
         Admission::Go
+    }
+
+    /// Checks the record in slot `key` again at once, if it waits for a limit: it just became
+    /// first in a limiter's line.
+    fn hasten(&mut self, key: SlotKey, now: Instant) {
+        if let Some(job) = self.slots.get_mut(key)
+            && let Phase::Throttled { until } = job.life.phase
+            && until > now
+            && job.life.rewait(now)
+        {
+            self.waits.throttled.schedule(key, now);
+        }
+    }
+
+    /// Takes the record in slot `key` out of the line of the limit it waits for (it stopped
+    /// waiting); the record then first in that line is checked at once.
+    fn leave_line(&mut self, key: SlotKey, now: Instant) {
+        let Some(job) = self.slots.get(key) else {
+            return;
+        };
+        let (route, hash, line) = (job.route, job.key, job.counted.in_line);
+        if let Some(job) = self.slots.get_mut(key) {
+            job.counted.in_line = None;
+        }
+        let limits = &mut self.waits.limits;
+        let next = match (line, route) {
+            (Some(LimitKind::Global), _) => limits.global_line.leave(key),
+            (Some(LimitKind::Route), Some(route)) => limits
+                .routes
+                .get_mut(route)
+                .and_then(|r| r.rate_line.leave(key)),
+            (Some(LimitKind::Key), Some(route)) => {
+                hash.and_then(|hash| self.waits.keys.leave_line(route, hash, key))
+            }
+            _ => None,
+        };
+        if let Some(next) = next {
+            self.hasten(next, now);
+        }
     }
 
     /// Keeps the counts of waiting records in step with the phase of the record in slot `key`
@@ -284,36 +654,13 @@ where
         let throttled = !gone && matches!(phase, Phase::Throttled { .. });
         if throttled != job.counted.throttled {
             job.counted.throttled = throttled;
-            let limit = job.throttle;
             if !throttled {
                 job.throttle = None;
             }
-            match (limit, route) {
-                (Some(LimitKind::Global), _) => {
-                    let n = &mut self.waits.limits.global_waiting;
-                    *n = if throttled {
-                        *n + 1
-                    } else {
-                        n.saturating_sub(1)
-                    };
-                }
-                (Some(LimitKind::Route), Some(route)) => {
-                    if let Some(limits) = self.waits.limits.routes.get_mut(route) {
-                        let n = &mut limits.rate_waiting;
-                        *n = if throttled {
-                            *n + 1
-                        } else {
-                            n.saturating_sub(1)
-                        };
-                    }
-                }
-                (Some(LimitKind::Key), Some(route)) => {
-                    if let Some(hash) = hash {
-                        self.waits.keys.throttled(route, hash, throttled);
-                    }
-                }
-                _ => {}
-            }
+        }
+        // Out of every line once it no longer waits for a limit (admitted, moved, gone).
+        if !throttled && phase != Phase::Admitting && job.counted.in_line.is_some() {
+            self.leave_line(key, now);
         }
         let Some(job) = self.slots.get_mut(key) else {
             return;
@@ -487,46 +834,27 @@ where
         }
     }
 
-    /// Takes up a change of the fleet: the shared limiters get their new shares, and the records
-    /// waiting for a shared limit are planned again at the new share, in the order they waited
-    /// (the `n`-th at `n` new intervals from now, or sooner if it was due sooner): planned at the
-    /// old share, a larger share would stay unused until they came due.
-    pub(super) fn follow_fleet(&mut self, now: Instant) -> bool {
-        if !self.waits.limits.follow_fleet() {
+    /// Takes up a change of the fleet: the shared limiters get their new shares, and the first
+    /// record in each shared limiter's line is checked again at once (the others follow it as
+    /// permits come, at the new share).
+    pub(super) fn follow_fleet(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
+        if !self.waits.limits.follow_fleet(cx) {
             return false;
         }
-        let mut waiting = std::mem::take(&mut self.pace.due);
-        self.waits.throttled.take_all(&mut waiting);
-        waiting.sort_unstable_by_key(|(at, _)| *at);
-        let mut ahead: Vec<u32> = vec![0; self.waits.limits.routes.len() + 1];
-        for (at, key) in waiting.drain(..) {
-            let Some(job) = self.slots.get_mut(key) else {
-                continue;
-            };
-            if job.life.phase != (Phase::Throttled { until: at }) {
-                continue;
+        let limits = &self.waits.limits;
+        let mut first: Vec<SlotKey> = limits.global_line.first().into_iter().collect();
+        first.extend(limits.routes.iter().filter_map(|r| r.rate_line.first()));
+        // Records waiting for a key's limit, or with no share at all: checked again too.
+        for (key, job) in self.slots.iter_mut() {
+            if matches!(job.life.phase, Phase::Throttled { .. })
+                && matches!(job.throttle, Some(LimitKind::Key))
+            {
+                first.push(key);
             }
-            let limits = &self.waits.limits;
-            let shared = match (job.throttle, job.route) {
-                (Some(LimitKind::Global), _) => limits.global.as_ref().map(|l| (l, 0)),
-                (Some(LimitKind::Route), Some(route)) => limits
-                    .routes
-                    .get(route)
-                    .and_then(|r| r.rate.as_ref())
-                    .map(|l| (l, route + 1)),
-                _ => None,
-            };
-            let until = match shared {
-                Some((limiter, queue)) => {
-                    ahead[queue] += 1;
-                    at.min(now + limiter.interval() * ahead[queue])
-                }
-                None => at,
-            };
-            job.life.rewait(until);
-            self.waits.throttled.schedule(key, until);
         }
-        self.pace.due = waiting;
+        for key in first {
+            self.hasten(key, now);
+        }
         true
     }
 

@@ -124,6 +124,61 @@ async fn a_route_rate_is_shared_with_the_fleet_and_taken_up_when_it_shrinks() {
     assert_eq!(broker.stats().releases, 0);
 }
 
+/// With a fleet, a key's rate is shared by the workers that have records of its partition:
+/// two of them, each takes half; when the other goes, this one takes it all.
+#[tokio::test(start_paused = true)]
+async fn a_per_key_rate_is_shared_per_partition_and_taken_up_when_the_fleet_shrinks() {
+    let broker = MemoryBroker::builder()
+        .lock_duration(Duration::from_secs(5))
+        .build();
+    for n in 0..40 {
+        broker.produce_record("jobs", ProducedRecord::new(n.to_string()).key("+1000"));
+    }
+    let (fleet, sender) = Fleet::manual(FleetView::of_claims([("jobs/0", 2)]));
+    let sender = Arc::new(sender);
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let seen = starts.clone();
+    let worker = Worker::builder(broker.member("a"))
+        .add_route(
+            Route::new(
+                "jobs",
+                handler(move |_job| {
+                    let seen = seen.clone();
+                    let sender = sender.clone();
+                    async move {
+                        let mut seen = seen.lock().unwrap();
+                        seen.push(Instant::now());
+                        if seen.len() == 10 {
+                            sender.set(FleetView::of_claims([("jobs/0", 1)]));
+                        }
+                        Outcome::Accept
+                    }
+                }),
+            )
+            .key_rate_limit(RateLimit::per_second(10).burst(1)),
+        )
+        .fleet(fleet)
+        .concurrency(8)
+        .build()
+        .unwrap();
+    let b = broker.clone();
+    run_until(worker, Duration::from_secs(60), "all", move || {
+        b.counts().acknowledged == 40
+    })
+    .await;
+    let starts = starts.lock().unwrap().clone();
+    let gaps: Vec<Duration> = starts.windows(2).map(|p| p[1] - p[0]).collect();
+    for gap in &gaps[..9] {
+        assert!(*gap >= Duration::from_millis(199), "half of 10/s: {gaps:?}");
+    }
+    for gap in &gaps[11..] {
+        assert!(
+            *gap >= Duration::from_millis(99) && *gap < Duration::from_millis(150),
+            "all of 10/s: {gaps:?}"
+        );
+    }
+}
+
 /// One key limited to 10/s with 200 records ahead of 50 records of other keys: the others are all
 /// handled within 5 s (the hot key's extra records move aside to the delay topic), the hot key
 /// keeps its rate, and no record is delivered twice.
