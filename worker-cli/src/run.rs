@@ -110,6 +110,8 @@ pub(crate) async fn run(
     }
     if config.delay.is_some() {
         builder = builder.delay(config.job_producer()?);
+    } else {
+        warn_per_key_without_delay(&config);
     }
     let (controls, presence) = follow_controls(&config).await?;
     if let Some(controls) = controls {
@@ -211,6 +213,17 @@ fn shared_rates(config: &Config) -> Vec<String> {
         rates.push("*".to_owned());
     }
     rates
+}
+
+/// A per-key rate keeps a hot key from taking the other keys' slots only by moving its extra
+/// records to a delay topic: without `[delay]`, say so once per such route.
+fn warn_per_key_without_delay(config: &Config) {
+    for route in config.routes.iter().filter(|r| r.rate_per_key.is_some()) {
+        tracing::warn!(
+            route = %route.topic,
+            "rate-per-key without a [delay] table: records of a key over its rate wait in the worker's slots, so keys that share a partition share its fetches and may run below their rate; add [delay] (docs/jobs.md)"
+        );
+    }
 }
 
 /// Without `[control]`, the fleet the rates are shared with, from the group's described

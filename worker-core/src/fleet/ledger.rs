@@ -190,7 +190,9 @@ impl Ledger {
     }
 
     /// The rates this worker has records waiting for now: it claims those, and gives up the
-    /// others at once (before its next heartbeat says so). `true` when a claim is new.
+    /// others at once (before its next heartbeat says so). `true` when the claims changed: a
+    /// heartbeat now says so sooner (a new claim is admitted sooner, a given-up share is taken
+    /// by the others sooner).
     pub(crate) fn want(
         &mut self,
         wanted: &std::collections::BTreeSet<String>,
@@ -207,15 +209,15 @@ impl Ledger {
             self.lease.drop_rate(rate);
             self.claims.remove(rate);
         }
-        let mut new = false;
+        let mut changed = !given_up.is_empty();
         for rate in wanted {
             if !self.claims.contains_key(rate) {
                 self.claims.insert(rate.clone(), None);
-                new = true;
+                changed = true;
             }
         }
         self.settle(before, now);
-        new
+        changed
     }
 
     /// This worker stops starting rate-limited records and leaves: fenced at once; its next
@@ -334,7 +336,16 @@ impl Ledger {
         self.sent.drain(..=at);
         let first = self.joined.is_none();
         let valid = first || self.lease_until.is_some_and(|until| sent < until);
-        if valid && now.saturating_duration_since(sent) <= self.timing.ack {
+        let took = now.saturating_duration_since(sent);
+        if !valid || took > self.timing.ack {
+            tracing::debug!(
+                seq = beat.seq,
+                ?took,
+                valid,
+                "fleet: own heartbeat read back too late to hold the lease"
+            );
+        }
+        if valid && took <= self.timing.ack {
             if first {
                 self.joined = Some(offset);
                 // Claims count from the join on: one said in a heartbeat that did not join
@@ -432,6 +443,38 @@ impl Ledger {
             .collect()
     }
 
+    /// Why a rate this worker claims is not admitted at `now`, for the debug log: `None` when
+    /// every claim is.
+    pub(crate) fn waiting_for(&self, now: Instant) -> Option<String> {
+        if self.leaving {
+            return Some("leaving".to_owned());
+        }
+        if self.joined.is_none() {
+            return Some(format!(
+                "not joined: epoch {} has {} heartbeat(s) not read back",
+                self.epoch,
+                self.sent.len()
+            ));
+        }
+        if self.lease_until.is_none_or(|until| until <= now) {
+            return Some("lease lapsed".to_owned());
+        }
+        self.claims.iter().find_map(|(rate, since)| {
+            let Some(since) = *since else {
+                return Some(format!("{rate}: claim not read back"));
+            };
+            self.others
+                .iter()
+                .find(|(_, m)| m.joined <= since && m.seen < since)
+                .map(|(id, m)| {
+                    format!(
+                        "{rate}: claimed at {since}, {id} (epoch {}) has seen only {}",
+                        m.epoch, m.seen
+                    )
+                })
+        })
+    }
+
     /// How many members (this one included) take a share of each rate.
     fn counts(&self) -> BTreeMap<String, u32> {
         let mut counts = BTreeMap::new();
@@ -450,6 +493,7 @@ impl Ledger {
         let after = self.counts();
         if after != before {
             self.version += 1;
+            tracing::debug!(version = self.version, counts = ?after, others = ?self.others.iter().map(|(id, m)| (id, m.epoch, m.claims.keys().collect::<Vec<_>>())).collect::<Vec<_>>(), "fleet: the counts changed");
             if after
                 .iter()
                 .any(|(rate, n)| before.get(rate).is_none_or(|was| n > was))

@@ -45,8 +45,9 @@ use crate::kafka::Admin;
 use crate::{Error, Result};
 
 /// How long a worker keeps claiming a rate after its last record waiting for it: a worker
-/// between two fetches keeps its share.
-const DEMAND_LINGER: Duration = Duration::from_secs(1);
+/// between two fetches keeps its share. Short, since the others run at the smaller share for
+/// this long after the worker ran dry (while work waits, that much of its share goes unused).
+const DEMAND_LINGER: Duration = Duration::from_millis(250);
 
 /// How many workers take a share of each rate.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -238,14 +239,21 @@ impl Demand {
         }
     }
 
-    /// The rates wanted at `now` (the others are forgotten).
-    pub(crate) fn wanted(&self, now: Instant) -> std::collections::BTreeSet<String> {
+    /// The rates wanted at `now` (the others are forgotten), and when the first of them stops
+    /// being wanted unless asked for again.
+    pub(crate) fn wanted(
+        &self,
+        now: Instant,
+    ) -> (std::collections::BTreeSet<String>, Option<Instant>) {
         let mut wanted = self
             .wanted
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         wanted.retain(|_, until| *until > now);
-        wanted.keys().cloned().collect()
+        (
+            wanted.keys().cloned().collect(),
+            wanted.values().min().copied(),
+        )
     }
 }
 

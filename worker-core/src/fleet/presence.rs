@@ -172,11 +172,15 @@ async fn beat(
             let ledger = lock(&ledger);
             ledger.owes_ack() || ledger.version() != published
         };
-        let wake = if owes {
+        let mut wake = if owes {
             next.min(tokio::time::Instant::now() + ACK_POLL)
         } else {
             next
         };
+        // A claim the dispatcher stops renewing is given up when it lapses, not a heartbeat later.
+        if let (_, Some(lapses)) = demand.wanted(Instant::now()) {
+            wake = wake.min(tokio::time::Instant::from_std(lapses));
+        }
         tokio::select! {
             () = tokio::time::sleep_until(wake) => {}
             () = changed.notified() => {}
@@ -188,19 +192,22 @@ async fn beat(
         let (beat, forget) = {
             let mut ledger = lock(&ledger);
             ledger.tick(now.into_std());
-            // A new claim is said at once: the sooner the others acknowledge it, the sooner
-            // this worker takes its share.
-            let claimed = ledger.want(&demand.wanted(now.into_std()), now.into_std());
+            // A change of claims is said at once: the sooner the others acknowledge a new one,
+            // the sooner this worker takes its share; the sooner they read one given up, the
+            // sooner they take it.
+            let (wanted, _) = demand.wanted(now.into_std());
+            let claims_changed = ledger.want(&wanted, now.into_std());
             if ledger.version() != published {
                 published = ledger.version();
                 sender.set(ledger.view());
             }
-            let early = claimed
+            let early = claims_changed
                 || ledger.owes_ack()
                     && last_beat.is_none_or(|at| now.duration_since(at) >= MIN_ACK_GAP);
             let beat = (now >= next || early).then(|| ledger.heartbeat(now.into_std()));
             (beat, ledger.forgotten(now.into_std()))
         };
+        let beat_written = beat.is_some();
         if let Some((key, value)) = beat {
             last_beat = Some(now);
             next = now + heartbeat;
@@ -217,7 +224,13 @@ async fn beat(
                 let _ = written.await;
             });
         }
-        let lease_holds = lock(&ledger).lease_holds(now.into_std());
+        let lease_holds = {
+            let ledger = lock(&ledger);
+            if beat_written && let Some(why) = ledger.waiting_for(now.into_std()) {
+                tracing::debug!(why, "fleet: a claimed rate is not admitted yet");
+            }
+            ledger.lease_holds(now.into_std())
+        };
         if lease_holds == said_fenced {
             said_fenced = !lease_holds;
             if lease_holds {

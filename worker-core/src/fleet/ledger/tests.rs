@@ -414,7 +414,14 @@ fn a_member_without_work_takes_no_share_and_a_new_claim_waits_for_the_others() {
     assert_eq!(fleet.members[a].applied.sharing(Some("sms")), 3);
     // Its records ran out: it gives the claim up at once, then says so.
     let now = fleet.at(300);
-    fleet.members[idle].ledger.want(&Default::default(), now);
+    assert!(
+        fleet.members[idle].ledger.want(&Default::default(), now),
+        "a claim given up is a change: a heartbeat says so at once"
+    );
+    assert!(
+        !fleet.members[idle].ledger.want(&Default::default(), now),
+        "no change, no early heartbeat"
+    );
     assert!(!fleet.may_start(idle, 300));
     fleet.round(300);
     assert_eq!(fleet.members[b].applied.sharing(Some("sms")), 2);
