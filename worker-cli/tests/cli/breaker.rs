@@ -3,7 +3,9 @@
 //! the first workers to see the failures pause the route through the control topic, the
 //! endpoint gets a bounded number of calls during the outage (the calls before the breaker
 //! opened, then a few probes every `open-for`), and no record is dead-lettered. Without it, the
-//! same outage dead-letters every record after its attempts. And a 429's `Retry-After` on a
+//! same outage dead-letters every record after its attempts. An outage spread so thin that no
+//! worker can judge it alone (six workers holding one or two records on their only attempt) is
+//! judged on the fleet's tallies, and dead-letters nothing either. And a 429's `Retry-After` on a
 //! route with `cool-down` pauses every worker for that long.
 
 use std::time::Duration;
@@ -26,23 +28,49 @@ const CONCURRENCY: usize = 8;
 const MOST_CALLS: usize = WORKERS * (MIN_CALLS + CONCURRENCY)
     + worker_core::runtime::PROBE_CALLS as usize * (OUTAGE.as_secs() / OPEN_FOR_SECS + 1) as usize;
 
-/// Three workers on one partition of a fresh topic, the endpoint down for [`OUTAGE`] from just
-/// before the records are produced; `route` adds to the route's lines.
+/// How a fleet meets an outage.
+struct Outage {
+    workers: usize,
+    records: usize,
+    lasting: Duration,
+    attempts: u32,
+    concurrency: usize,
+}
+
+/// [`WORKERS`] workers, [`RECORDS`] records, three attempts each, down for [`OUTAGE`].
+const BROAD: Outage = Outage {
+    workers: WORKERS,
+    records: RECORDS,
+    lasting: OUTAGE,
+    attempts: 3,
+    concurrency: CONCURRENCY,
+};
+
+/// Workers on one partition of a fresh topic, the endpoint down from just before the records
+/// are produced; `route` adds to the route's lines.
 async fn fleet_in_an_outage(
     scratch: &Scratch,
     name: &str,
     route: &str,
+    outage: &Outage,
 ) -> (Endpoint, String, Vec<Child>, Vec<std::path::PathBuf>) {
     let topic = unique(name);
     let group = unique(&format!("{name}-group"));
     let endpoint = Endpoint::start().await;
     let config = control_config(&group, &topic, &format!("{}\n{route}", endpoint.route()))
-        .replace("[retry]\n", "[retry]\nmax-attempts = 3\n");
+        .replace(
+            "[retry]\n",
+            &format!("[retry]\nmax-attempts = {}\n", outage.attempts),
+        )
+        .replace(
+            &format!("concurrency = {CONCURRENCY}\n"),
+            &format!("concurrency = {}\n", outage.concurrency),
+        );
     let cfg = scratch.write(&format!("{name}.toml"), &config);
     let cfg = cfg.to_str().expect("utf-8 path");
     let out = share_worker(&["setup", "--config", cfg, "--partitions", "1"], &[]).await;
     assert_ok(&out, "setup");
-    let logs: Vec<_> = (0..WORKERS)
+    let logs: Vec<_> = (0..outage.workers)
         .map(|n| scratch.0.join(format!("{name}-{n}.log")))
         .collect();
     let fleet = logs
@@ -51,9 +79,9 @@ async fn fleet_in_an_outage(
         .collect();
     let every_log: Vec<&std::path::Path> = logs.iter().map(|log| log.as_path()).collect();
     wait_logged(&every_log, "control topic read", Duration::from_secs(60)).await;
-    endpoint.down_for(OUTAGE);
+    endpoint.down_for(outage.lasting);
     let producer = tests::producer(&[]).expect("a producer");
-    let values: Vec<String> = (0..RECORDS).map(|i| format!("ok-{i}")).collect();
+    let values: Vec<String> = (0..outage.records).map(|i| format!("ok-{i}")).collect();
     tests::produce(&producer, &topic, None, &values)
         .await
         .expect("producing");
@@ -69,6 +97,7 @@ async fn a_breaker_pauses_the_fleet_through_an_outage_and_nothing_is_dead_letter
         &format!(
             "breaker = {{ failure-ratio = 0.5, min-calls = {MIN_CALLS}, window = \"30s\", open-for = \"{OPEN_FOR_SECS}s\" }}"
         ),
+        &BROAD,
     )
     .await;
     tests::wait_for(
@@ -111,12 +140,77 @@ async fn a_breaker_pauses_the_fleet_through_an_outage_and_nothing_is_dead_letter
     }
 }
 
+/// Six workers of `concurrency = 1` hold at most two records each of nine, on their only
+/// attempt: no worker's own window ever holds the 5 calls a breaker needs to judge a failure
+/// that would dead-letter its record. Each writes its tally to the control topic while its
+/// records wait for a verdict, the sum opens the breaker for the fleet, and not one record is
+/// dead-lettered while it is open; once the endpoint is back, a probe resumes the route and
+/// every record is served.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_outage_spread_thin_over_six_workers_opens_the_breaker_on_the_fleets_tallies() {
+    const THIN: Outage = Outage {
+        workers: 6,
+        records: 9,
+        lasting: Duration::from_secs(15),
+        attempts: 1,
+        concurrency: 1,
+    };
+    let scratch = Scratch::new();
+    let (endpoint, topic, fleet, logs) = fleet_in_an_outage(
+        &scratch,
+        "thin-outage",
+        "breaker = { failure-ratio = 0.5, min-calls = 20, window = \"30s\", open-for = \"3s\" }",
+        &THIN,
+    )
+    .await;
+    tests::wait_for(
+        "every record served after the outage",
+        THIN.lasting + Duration::from_secs(60),
+        async || Ok(endpoint.served_after_outage().len() >= THIN.records),
+    )
+    .await
+    .expect("the fleet resumes the route once the endpoint is back");
+    let letters = tests::read_all(format!("{topic}.dlq"))
+        .await
+        .expect("reading the DLQ");
+    let texts: Vec<String> = logs
+        .iter()
+        .map(|log| std::fs::read_to_string(log).unwrap_or_default())
+        .collect();
+    let opened: Vec<&str> = texts
+        .iter()
+        .flat_map(|text| text.lines())
+        .filter(|line| line.contains("pausing the route for the whole fleet"))
+        .collect();
+    eprintln!(
+        "thin outage: {} calls during it, {} dead-lettered; pauses: {opened:#?}",
+        endpoint.during_outage(),
+        letters.len()
+    );
+    assert_eq!(letters.len(), 0, "an outage dead-letters nothing");
+    assert!(
+        opened
+            .iter()
+            .any(|line| line.contains("calls failed across the fleet")),
+        "the breaker opened on the fleet's tallies: {opened:?}"
+    );
+    assert!(
+        !opened
+            .iter()
+            .any(|line| line.contains("calls failed within")),
+        "no worker could judge alone: {opened:?}"
+    );
+    for child in fleet {
+        assert!(terminate(child).await.success(), "a clean stop");
+    }
+}
+
 /// The same outage without a breaker: each record's attempts are spent on it, and every record
 /// is dead-lettered.
 #[tokio::test(flavor = "multi_thread")]
 async fn without_a_breaker_the_same_outage_dead_letters_every_record() {
     let scratch = Scratch::new();
-    let (endpoint, topic, fleet, _) = fleet_in_an_outage(&scratch, "no-breaker", "").await;
+    let (endpoint, topic, fleet, _) = fleet_in_an_outage(&scratch, "no-breaker", "", &BROAD).await;
     let dlq = format!("{topic}.dlq");
     tests::wait_for("every record dead-lettered", OUTAGE, async || {
         Ok(tests::read_all(dlq.clone()).await?.len() >= RECORDS)

@@ -16,6 +16,15 @@ const VERSION: u32 = 1;
 const PAUSE: &str = "pause/";
 /// The key prefix of job cancellations: `cancel/{job id}`.
 const CANCEL: &str = "cancel/";
+/// The key prefix of breaker tallies: `failures/{topic}/{worker}`.
+const FAILURES: &str = "failures/";
+/// The most calls a tally may count: far more than a worker that needs the fleet's evidence
+/// ever has, and small enough that the fleet's sum cannot overflow.
+const MAX_TALLY_CALLS: u32 = 1_000_000;
+/// The longest a tally counts after it was written.
+const MAX_TALLY_SPAN: Duration = Duration::from_secs(24 * 3600);
+/// The longest worker id in a tally's key.
+const MAX_WORKER_CHARS: usize = 64;
 
 /// Stops fetching a route's topic, fleet-wide, until it is resumed or `until` passes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,6 +131,24 @@ impl Cancel {
     }
 }
 
+/// A circuit breaker's evidence from one worker: the calls and failures of a route in its window.
+/// A worker whose own window holds too few calls to judge a failure that would dead-letter its
+/// record writes it, and judges on the sum of the fleet's tallies and its own window, so that an
+/// outage spread thin over many workers still opens the breaker before it dead-letters anything.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Tally {
+    /// The route's topic.
+    pub(crate) topic: String,
+    /// The worker that counted: its prober id.
+    pub(crate) worker: String,
+    pub(crate) calls: u32,
+    pub(crate) failed: u32,
+    /// When it was counted.
+    pub(crate) at: SystemTime,
+    /// When it stops counting: the end of the counting worker's window.
+    pub(crate) until: SystemTime,
+}
+
 /// One command read from the control topic.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Command {
@@ -138,6 +165,15 @@ pub(crate) enum Command {
     Uncancel {
         /// The job's id.
         job_id: String,
+    },
+    /// A worker's breaker tally.
+    Tally(Tally),
+    /// Forget a worker's tally (its key's tombstone).
+    Untally {
+        /// The route's topic.
+        topic: String,
+        /// The worker that counted.
+        worker: String,
     },
 }
 
@@ -165,6 +201,12 @@ struct Value {
         skip_serializing_if = "Option::is_none"
     )]
     probe_until: Option<String>,
+    /// The calls a tally counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    calls: Option<u32>,
+    /// The failed calls a tally counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    failed: Option<u32>,
     #[serde(default)]
     reason: String,
     #[serde(default)]
@@ -197,6 +239,8 @@ pub(crate) fn encode_pause(pause: &Pause) -> Result<(String, Vec<u8>), String> {
         until: pause.until.map(rfc3339),
         probe: pause.probe.as_ref().map(|p| p.worker.clone()),
         probe_until: pause.probe.as_ref().map(|p| rfc3339(p.until)),
+        calls: None,
+        failed: None,
         reason: pause.reason.clone(),
         by: pause.by.clone(),
         at: rfc3339(pause.at),
@@ -223,6 +267,8 @@ pub(crate) fn encode_resume(
         until: None,
         probe: None,
         probe_until: None,
+        calls: None,
+        failed: None,
         reason: reason.to_owned(),
         by: by.to_owned(),
         at: rfc3339(at),
@@ -249,12 +295,42 @@ pub(crate) fn encode_cancel(cancel: &Cancel) -> Result<(String, Vec<u8>), String
         until: Some(rfc3339(cancel.until)),
         probe: None,
         probe_until: None,
+        calls: None,
+        failed: None,
         reason: cancel.reason.clone(),
         by: cancel.by.clone(),
         at: rfc3339(cancel.at),
     };
     let json = serde_json::to_vec(&value).map_err(|err| err.to_string())?;
     Ok((cancel_key(&cancel.job_id), json))
+}
+
+/// The key of worker `worker`'s tally of route `topic` (a topic name has no `/`).
+pub(crate) fn tally_key(topic: &str, worker: &str) -> String {
+    format!("{FAILURES}{topic}/{worker}")
+}
+
+/// The record of `tally`.
+pub(crate) fn encode_tally(tally: &Tally) -> Result<(String, Vec<u8>), String> {
+    check_topic(&tally.topic)?;
+    check_worker(&tally.worker)?;
+    check_counts(tally.calls, tally.failed, tally.at, tally.until)?;
+    let value = Value {
+        v: VERSION,
+        command: "failures".to_owned(),
+        topic: Some(tally.topic.clone()),
+        job: None,
+        until: Some(rfc3339(tally.until)),
+        probe: None,
+        probe_until: None,
+        calls: Some(tally.calls),
+        failed: Some(tally.failed),
+        reason: String::new(),
+        by: format!("breaker@{}", tally.worker),
+        at: rfc3339(tally.at),
+    };
+    let json = serde_json::to_vec(&value).map_err(|err| err.to_string())?;
+    Ok((tally_key(&tally.topic, &tally.worker), json))
 }
 
 /// Reads one record of the control topic: `Ok` with the command it carries, `Err` with why it is
@@ -344,7 +420,85 @@ pub(crate) fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Command
             at: parse_time("at", &value.at)?,
         }));
     }
+    if let Some(rest) = key.strip_prefix(FAILURES) {
+        return decode_tally(rest, value);
+    }
     Err(format!("unknown key {}", quote(key)))
+}
+
+/// Reads a tally whose key is `failures/{rest}`.
+fn decode_tally(rest: &str, value: Option<&[u8]>) -> Result<Command, String> {
+    let (topic, worker) = rest
+        .rsplit_once('/')
+        .ok_or_else(|| format!("a tally key {} without a worker", quote(rest)))?;
+    check_topic(topic)?;
+    check_worker(worker)?;
+    let (topic, worker) = (topic.to_owned(), worker.to_owned());
+    let Some(value) = value else {
+        return Ok(Command::Untally { topic, worker });
+    };
+    let value = read_value(value)?;
+    if value.topic.as_deref() != Some(topic.as_str()) || value.job.is_some() {
+        return Err(format!(
+            "the key names route {} but the value names {}",
+            quote(&topic),
+            quote(value.topic.as_deref().unwrap_or(""))
+        ));
+    }
+    if value.command != "failures" || value.probe.is_some() {
+        return Err(format!(
+            "unknown command {} for a tally",
+            quote(&value.command)
+        ));
+    }
+    let (Some(calls), Some(failed), Some(until)) = (value.calls, value.failed, value.until) else {
+        return Err("a tally needs `calls`, `failed` and `until`".to_owned());
+    };
+    let at = parse_time("at", &value.at)?;
+    let until = parse_time("until", &until)?;
+    check_counts(calls, failed, at, until)?;
+    Ok(Command::Tally(Tally {
+        topic,
+        worker,
+        calls,
+        failed,
+        at,
+        until,
+    }))
+}
+
+/// A worker id as a tally's key names it: a few safe characters.
+fn check_worker(worker: &str) -> Result<(), String> {
+    let fine = !worker.is_empty()
+        && worker.chars().count() <= MAX_WORKER_CHARS
+        && worker
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if fine {
+        Ok(())
+    } else {
+        Err(format!(
+            "an invalid worker id {} (1 to {MAX_WORKER_CHARS} of A-Z a-z 0-9 - _)",
+            quote(worker)
+        ))
+    }
+}
+
+/// A tally's counts and span, in bounds.
+fn check_counts(calls: u32, failed: u32, at: SystemTime, until: SystemTime) -> Result<(), String> {
+    if calls > MAX_TALLY_CALLS || failed > calls {
+        return Err(format!(
+            "a tally of {failed} failed of {calls} calls (at most {MAX_TALLY_CALLS}, failed at most calls)"
+        ));
+    }
+    let span = until.duration_since(at).unwrap_or_default();
+    if span.is_zero() || span > MAX_TALLY_SPAN {
+        return Err(format!(
+            "a tally counting for {} (more than nothing, at most 24h)",
+            humantime::format_duration(span)
+        ));
+    }
+    Ok(())
 }
 
 /// A command's value: bounded, JSON of this version, its texts bounded.
@@ -624,6 +778,85 @@ mod tests {
                 "{expected:?} not in {refused:?}"
             );
         }
+    }
+
+    fn tally() -> Tally {
+        Tally {
+            topic: "sms".to_owned(),
+            worker: "0f3a9c".to_owned(),
+            calls: 2,
+            failed: 2,
+            at: at(1_800_000_000),
+            until: at(1_800_000_030),
+        }
+    }
+
+    #[test]
+    fn a_tally_reads_back_as_written_and_its_tombstone_forgets_it() {
+        let (key, value) = encode_tally(&tally()).expect("encodes");
+        assert_eq!(key, "failures/sms/0f3a9c");
+        assert_eq!(
+            decode(Some(key.as_bytes()), Some(&value)),
+            Ok(Command::Tally(tally()))
+        );
+        assert_eq!(
+            decode(Some(key.as_bytes()), None),
+            Ok(Command::Untally {
+                topic: "sms".to_owned(),
+                worker: "0f3a9c".to_owned()
+            })
+        );
+    }
+
+    #[test]
+    fn hostile_tallies_are_refused_with_a_reason() {
+        let (_, good) = encode_tally(&tally()).expect("encodes");
+        let with = |field: &str, value: serde_json::Value| {
+            let mut json: serde_json::Value = serde_json::from_slice(&good).expect("json");
+            json[field] = value;
+            serde_json::to_vec(&json).expect("json")
+        };
+        let without = |field: &str| {
+            let mut json: serde_json::Value = serde_json::from_slice(&good).expect("json");
+            json.as_object_mut().expect("an object").remove(field);
+            serde_json::to_vec(&json).expect("json")
+        };
+        let key = &b"failures/sms/0f3a9c"[..];
+        for (key, value, says) in [
+            (&b"failures/sms"[..], good.clone(), "without a worker"),
+            (&b"failures/sms/"[..], good.clone(), "invalid worker id"),
+            (&b"failures/sms/a\nb"[..], good.clone(), "invalid worker id"),
+            (
+                &b"failures/emails/0f3a9c"[..],
+                good.clone(),
+                "the key names",
+            ),
+            (key, with("failed", 3.into()), "failed at most calls"),
+            (
+                key,
+                with("calls", 4_000_000_000u32.into()),
+                "at most 1000000",
+            ),
+            (key, with("failed", (-1).into()), "not a command"),
+            (key, without("until"), "needs `calls`, `failed` and `until`"),
+            (
+                key,
+                with("until", "2027-01-15T08:00:00Z".into()),
+                "counting for 0s",
+            ),
+            (
+                key,
+                with("until", "2027-01-20T08:00:00Z".into()),
+                "at most 24h",
+            ),
+            (key, with("command", "pause".into()), "unknown command"),
+        ] {
+            let refused = decode(Some(key), Some(&value)).expect_err(says);
+            assert!(refused.contains(says), "{refused} (expected {says:?})");
+        }
+        let mut long = tally();
+        long.worker = "w".repeat(65);
+        assert!(encode_tally(&long).is_err(), "a worker id too long");
     }
 
     #[test]

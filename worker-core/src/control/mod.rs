@@ -4,7 +4,7 @@
 //! Each worker reads the topic from its start and then follows it, without joining any group, so
 //! every worker of the fleet — and every worker that starts later — sees the same commands in the
 //! same order; compaction keeps the last command of each key, so the topic stays as small as the
-//! controls in force. Today's command is the **pause** of a route: no worker of the group fetches
+//! controls in force. The main command is the **pause** of a route: no worker of the group fetches
 //! the route's topic (nor its delay topic) until a resume, or until the pause's `until` passes.
 //! Records already acquired when the pause arrives finish as usual: a pause never RELEASEs a
 //! record (a release spends a delivery).
@@ -20,7 +20,7 @@
 //!   [`WorkerBuilder::controls`](crate::WorkerBuilder::controls); [`Controls::manual`] makes one
 //!   driven by hand, for tests or an application with a channel of its own.
 
-mod command;
+pub(crate) mod command;
 mod state;
 #[cfg(feature = "rdkafka")]
 mod topic;
@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::watch;
 
+pub(crate) use command::Tally;
 pub use command::{Cancel, Pause, Probe};
 
 /// The header that names a record's job, for cancellations: set by `JobProducer` (a fresh id
@@ -150,6 +151,12 @@ impl Controls {
         self.write(record)
     }
 
+    /// Tells the fleet this worker's breaker `tally` of a route, written by the returned future
+    /// (a worker skips its own tally when it sums the fleet's: nothing to apply here).
+    pub(crate) fn publish_tally(&self, tally: &command::Tally) -> Option<Written> {
+        self.write(command::encode_tally(tally))
+    }
+
     fn write(&self, record: Result<(String, Vec<u8>), String>) -> Option<Written> {
         let writer = self.writer.clone()?;
         Some(match record {
@@ -233,6 +240,15 @@ impl ControlSender {
                     command::Command::Uncancel { job_id } => {
                         tracing::info!(at, job_id = %job_id, "control: job cancellation withdrawn")
                     }
+                    command::Command::Tally(tally) => tracing::debug!(
+                        at,
+                        topic = %tally.topic,
+                        worker = %tally.worker,
+                        calls = tally.calls,
+                        failed = tally.failed,
+                        "control: a worker's breaker tally"
+                    ),
+                    command::Command::Untally { .. } => {}
                 }
                 self.apply(command)
             }

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
 
-use super::command::{Command, Pause};
+use super::command::{Command, Pause, Tally};
 
 /// The most routes paused at once that a worker keeps; a pause of one more route is refused
 /// (logged and counted), so a flood of commands cannot grow a worker's memory without bound.
@@ -15,12 +15,27 @@ pub(crate) const MAX_PAUSES: usize = 10_000;
 /// counted).
 pub(crate) const MAX_CANCELS: usize = 100_000;
 
+/// The most breaker tallies a worker keeps (one per route and counting worker). When full,
+/// lapsed ones are dropped first; a tally beyond it is refused (logged and counted).
+pub(crate) const MAX_TALLIES: usize = 10_000;
+
 /// The controls in force, as the last command of each key on the control topic left them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ControlState {
     pauses: BTreeMap<String, Pause>,
     /// Job id → when its cancellation lapses.
     cancels: HashMap<Box<str>, SystemTime>,
+    /// (route, worker) → that worker's breaker tally of the route.
+    tallies: BTreeMap<(String, String), Counted>,
+}
+
+/// What a tally counts, and while when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Counted {
+    calls: u32,
+    failed: u32,
+    at: SystemTime,
+    until: SystemTime,
 }
 
 impl ControlState {
@@ -49,6 +64,29 @@ impl ControlState {
         self.cancels.values().filter(|until| now < **until).count()
     }
 
+    /// The calls and failures of route `topic` that the other workers' tallies count at `now`:
+    /// every tally but `me`'s, written at or after `since` and not yet lapsed.
+    pub(crate) fn fleet_failures(
+        &self,
+        topic: &str,
+        me: &str,
+        since: SystemTime,
+        now: SystemTime,
+    ) -> (u32, u32) {
+        self.tallies
+            .range((topic.to_owned(), String::new())..)
+            .take_while(|((route, _), _)| route == topic)
+            .filter(|((_, worker), counted)| {
+                worker != me && counted.at >= since && now < counted.until
+            })
+            .fold((0, 0), |(calls, failed), (_, counted)| {
+                (
+                    calls.saturating_add(counted.calls),
+                    failed.saturating_add(counted.failed),
+                )
+            })
+    }
+
     /// When the next timed pause ends after `now`, if one does.
     pub(crate) fn next_expiry(&self, now: SystemTime) -> Option<SystemTime> {
         self.pauses
@@ -60,7 +98,7 @@ impl ControlState {
     }
 
     /// The keys of at most `max` commands that lapsed by `now` (timed pauses that ended,
-    /// cancellations past their end): a tombstone for each lets compaction remove them.
+    /// cancellations and tallies past their end): a tombstone for each lets compaction remove them.
     #[cfg_attr(not(feature = "rdkafka"), allow(dead_code))]
     pub(crate) fn lapsed(&self, now: SystemTime, max: usize) -> Vec<String> {
         let pauses = self
@@ -73,7 +111,12 @@ impl ControlState {
             .iter()
             .filter(|(_, until)| **until <= now)
             .map(|(job, _)| super::command::cancel_key(job));
-        pauses.chain(cancels).take(max).collect()
+        let tallies = self
+            .tallies
+            .iter()
+            .filter(|(_, counted)| counted.until <= now)
+            .map(|((topic, worker), _)| super::command::tally_key(topic, worker));
+        pauses.chain(cancels).chain(tallies).take(max).collect()
     }
 
     /// Applies one command; `Err` says why it is refused.
@@ -109,7 +152,43 @@ impl ControlState {
             Command::Uncancel { job_id } => {
                 self.cancels.remove(job_id.as_str());
             }
+            Command::Tally(tally) => self.tally(tally)?,
+            Command::Untally { topic, worker } => {
+                self.tallies.remove(&(topic, worker));
+            }
         }
+        Ok(())
+    }
+
+    fn tally(&mut self, tally: Tally) -> Result<(), String> {
+        let Tally {
+            topic,
+            worker,
+            calls,
+            failed,
+            at,
+            until,
+        } = tally;
+        let key = (topic, worker);
+        if self.tallies.len() >= MAX_TALLIES && !self.tallies.contains_key(&key) {
+            let now = SystemTime::now();
+            self.tallies.retain(|_, counted| now < counted.until);
+            if self.tallies.len() >= MAX_TALLIES {
+                return Err(format!(
+                    "{MAX_TALLIES} breaker tallies are kept already: the tally of {} by {} is refused",
+                    key.0, key.1
+                ));
+            }
+        }
+        self.tallies.insert(
+            key,
+            Counted {
+                calls,
+                failed,
+                at,
+                until,
+            },
+        );
         Ok(())
     }
 }
@@ -233,5 +312,67 @@ mod tests {
         assert_eq!(lapsed, ["cancel/old", "pause/ended"]);
         assert_eq!(state.lapsed(at(50), 1).len(), 1, "at most `max`");
         assert_eq!(state.lapsed(at(5), 10), Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_fleets_failures_sum_the_other_workers_live_tallies_since_the_window_began() {
+        let tally = |topic: &str, worker: &str, calls, failed, at_secs, until| {
+            Command::Tally(Tally {
+                topic: topic.to_owned(),
+                worker: worker.to_owned(),
+                calls,
+                failed,
+                at: at(at_secs),
+                until: at(until),
+            })
+        };
+        let mut state = ControlState::default();
+        for command in [
+            tally("sms", "me", 9, 9, 10, 100),
+            tally("sms", "a", 2, 2, 10, 100),
+            tally("sms", "b", 3, 1, 20, 100),
+            tally("sms", "old", 5, 5, 10, 40),
+            tally("sms-eu", "c", 7, 7, 10, 100),
+            tally("sm", "d", 7, 7, 10, 100),
+        ] {
+            state.apply(command).expect("applies");
+        }
+        assert_eq!(state.fleet_failures("sms", "me", at(0), at(30)), (10, 8));
+        assert_eq!(
+            state.fleet_failures("sms", "me", at(0), at(50)),
+            (5, 3),
+            "lapsed"
+        );
+        assert_eq!(
+            state.fleet_failures("sms", "me", at(15), at(30)),
+            (3, 1),
+            "since"
+        );
+        assert_eq!(state.fleet_failures("sms", "a", at(0), at(50)), (12, 10));
+        assert_eq!(state.fleet_failures("none", "me", at(0), at(30)), (0, 0));
+        assert_eq!(state.lapsed(at(50), 10), ["failures/sms/old"]);
+        state
+            .apply(Command::Untally {
+                topic: "sms".to_owned(),
+                worker: "a".to_owned(),
+            })
+            .expect("applies");
+        assert_eq!(state.fleet_failures("sms", "me", at(0), at(30)), (8, 6));
+        for n in 0..MAX_TALLIES {
+            state
+                .apply(tally(
+                    "t",
+                    &format!("w{n}"),
+                    1,
+                    1,
+                    4_000_000_000,
+                    4_000_000_100,
+                ))
+                .ok();
+        }
+        let refused = state
+            .apply(tally("t", "one-more", 1, 1, 4_000_000_000, 4_000_000_100))
+            .expect_err("full");
+        assert!(refused.contains("refused"), "{refused}");
     }
 }

@@ -2,6 +2,12 @@
 //! the whole fleet (see [`Breaker`](crate::runtime::Breaker)). A breaker that trips, a probe that
 //! decides and a cool-down are commands on the control topic, applied here at once and written
 //! for the other workers; a write that fails leaves this worker obeying it alone, and says so.
+//!
+//! A worker whose window holds too few calls to judge a failure that would dead-letter its
+//! record (an outage spread over a fleet larger than its records: each worker holds one or two)
+//! writes its window as a tally on the control topic and waits [`VERDICT_WAIT`]; it then judges
+//! on its window plus every other worker's tally, so the fleet's evidence opens the breaker
+//! before any record of the outage is dead-lettered.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -10,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 use tower::Service;
 
-use crate::control::{Pause, Probe, Written};
+use crate::control::{Pause, Probe, Tally, Written};
 use crate::runtime::PROBE_CALLS;
 use crate::runtime::breaker::{Breaker, Window};
 use crate::source::ShareSource;
@@ -39,9 +45,11 @@ pub(super) struct Breakers {
     routes: Vec<RouteBreaker>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct RouteBreaker {
     breaker: Option<(Breaker, Window)>,
+    /// When the window last started afresh: the fleet's tallies from before do not count.
+    since: SystemTime,
     cool_down: bool,
     /// While this worker probes: probes started, ended and failed.
     probes: (u32, u32, u32),
@@ -58,6 +66,7 @@ impl Breakers {
                         breaker: limits
                             .breaker
                             .map(|breaker| (breaker, Window::new(breaker.window, now))),
+                        since: SystemTime::UNIX_EPOCH,
                         cool_down: limits.cool_down,
                         probes: (0, 0, 0),
                     }
@@ -80,6 +89,7 @@ impl Breakers {
         state.probes = (0, 0, 0);
         if let (Gate::Paused { .. }, Some((_, window))) = (gate, &mut state.breaker) {
             window.clear(now);
+            state.since = SystemTime::now();
         }
     }
 
@@ -129,8 +139,9 @@ where
 {
     /// Whether the record in slot `key`, whose handler just failed (counted by
     /// [`judge_outcome`](Self::judge_outcome)) and would be dead-lettered, waits [`VERDICT_WAIT`]
-    /// for its route's breaker instead: the window holds too few calls to judge, and the record
-    /// has not waited for a verdict before (a poison record is dead-lettered one wait later).
+    /// for its route's breaker instead: its window and the fleet's tallies hold too few calls to
+    /// judge, and the record has not waited for a verdict before (a poison record is
+    /// dead-lettered one wait later). A record that waits tells the fleet this worker's window.
     pub(super) fn awaits_verdict(&mut self, key: SlotKey, now: Instant) -> bool {
         let last_attempt = self.paths.policy.last_attempt();
         let Some((route, attempt, waited)) = self.slots.get(key).and_then(|job| {
@@ -142,6 +153,7 @@ where
         if waited || attempt < last_attempt {
             return false;
         }
+        let fleet = self.fleet_failures(route);
         let Some(RouteBreaker {
             breaker: Some((breaker, window)),
             ..
@@ -149,7 +161,40 @@ where
         else {
             return false;
         };
-        !breaker.judges_early(window.totals(now).0)
+        let (calls, failed) = window.totals(now);
+        let (breaker, wall) = (*breaker, SystemTime::now());
+        if breaker.judges_early(calls.saturating_add(fleet.0)) {
+            return false;
+        }
+        if let (Some(controls), Some(topic)) = (&self.control.controls, self.routes.topic(route)) {
+            let tally = Tally {
+                topic: topic.to_string(),
+                worker: self.control.breakers.me.to_string(),
+                calls,
+                failed,
+                at: wall,
+                until: wall + breaker.window.min(Duration::from_secs(24 * 3600)),
+            };
+            send(topic, "breaker tally", controls.publish_tally(&tally));
+        }
+        true
+    }
+
+    /// The calls and failures of route `route` that the other workers' tallies count now.
+    fn fleet_failures(&self, route: usize) -> (u32, u32) {
+        let (Some(controls), Some(topic), Some(state)) = (
+            &self.control.controls,
+            self.routes.topic(route),
+            self.control.breakers.routes.get(route),
+        ) else {
+            return (0, 0);
+        };
+        controls.state().fleet_failures(
+            topic,
+            &self.control.breakers.me,
+            state.since,
+            SystemTime::now(),
+        )
     }
 
     /// Counts the outcome of the record in slot `key` for its route's breaker or cool-down, and
@@ -179,6 +224,12 @@ where
         };
         let longest_wait = self.paths.policy.longest_wait();
         let active = self.routes.active(route);
+        // Only a failure that would dead-letter its record is judged on the fleet's evidence too.
+        let fleet = if last {
+            self.fleet_failures(route)
+        } else {
+            (0, 0)
+        };
         let Some(state) = self.control.breakers.routes.get_mut(route) else {
             return gate;
         };
@@ -213,15 +264,25 @@ where
             (Gate::Running, Some((breaker, window))) => {
                 window.record(failed, now);
                 let (calls, failures) = window.totals(now);
-                if breaker.trips(calls, failures) || (last && breaker.trips_early(calls, failures))
+                let (fleet_calls, fleet_failures) = (
+                    calls.saturating_add(fleet.0),
+                    failures.saturating_add(fleet.1),
+                );
+                if breaker.trips(calls, failures)
+                    || (last && breaker.trips_early(fleet_calls, fleet_failures))
                 {
+                    let (calls, failures, whose) = if breaker.trips(calls, failures) {
+                        (calls, failures, "")
+                    } else {
+                        (fleet_calls, fleet_failures, " across the fleet")
+                    };
                     Decision::Pause(breaker_pause(
                         &topic,
                         breaker,
                         &me,
                         wall,
                         format!(
-                            "circuit breaker: {failures} of {calls} calls failed within {}",
+                            "circuit breaker: {failures} of {calls} calls failed{whose} within {}",
                             humantime::format_duration(breaker.window)
                         ),
                     ))

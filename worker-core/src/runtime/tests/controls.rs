@@ -423,6 +423,89 @@ async fn last_attempts_wait_for_a_breaker_too_young_to_judge() {
     stopped_without_dead_letters(shutdown, run, &broker).await;
 }
 
+/// An outage spread thin over a fleet: this worker holds 2 records on their last attempt, too
+/// few calls for its own window to judge, while 4 other workers' tallies on the control topic
+/// count 1 failed call each. The fleet's evidence opens the breaker instead of dead-lettering
+/// the records, and both are served once the endpoint is back. Without the tallies the same
+/// records are dead-lettered after one wait, as a poison record is.
+#[tokio::test]
+async fn the_fleets_tallies_open_the_breaker_before_last_attempts_are_dead_lettered() {
+    let (dead, paused) = thin_outage(0).await;
+    assert_eq!((dead, paused), (2, false), "alone, too few calls to judge");
+    let (dead, paused) = thin_outage(4).await;
+    assert_eq!((dead, paused), (0, true), "the fleet's tallies decide");
+}
+
+/// Two records failing their only attempt on a worker that reads `others` tallies of one failed
+/// call each; returns how many were dead-lettered and whether the breaker paused the route.
+async fn thin_outage(others: usize) -> (usize, bool) {
+    let broker = MemoryBroker::builder()
+        .lock_duration(Duration::from_secs(5))
+        .build();
+    for i in 0..2 {
+        broker.produce("sms", i.to_string());
+    }
+    let (controls, sender) = Controls::manual();
+    let now = SystemTime::now();
+    for n in 0..others {
+        let tally = crate::control::Tally {
+            topic: "sms".to_owned(),
+            worker: format!("other{n}"),
+            calls: 1,
+            failed: 1,
+            at: now,
+            until: now + Duration::from_secs(30),
+        };
+        let (key, value) = crate::control::command::encode_tally(&tally).expect("encodes");
+        assert!(sender.apply_record(Some(key.as_bytes()), Some(&value), "control@0"));
+    }
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let breaker = crate::Breaker::new(0.5, 20, Duration::from_secs(30), Duration::from_secs(1));
+    let worker = Worker::builder(broker.member("w"))
+        .add_route(
+            crate::Route::new(
+                "sms",
+                flaky(failing.clone(), calls.clone(), || Outcome::retry("503")),
+            )
+            .breaker(breaker),
+        )
+        .concurrency(2)
+        .max_attempts(1)
+        .controls(controls.clone())
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let c = controls.clone();
+    let b = broker.clone();
+    wait_until(
+        Duration::from_secs(10),
+        "a pause or both dead-lettered",
+        move || c.state().paused("sms", SystemTime::now()).is_some() || b.counts().archived == 2,
+    )
+    .await;
+    let paused = controls.state().paused("sms", SystemTime::now()).is_some();
+    failing.store(false, Ordering::SeqCst);
+    let b = broker.clone();
+    wait_until(
+        Duration::from_secs(10),
+        "every record finished",
+        move || b.counts().acknowledged + b.counts().archived == 2,
+    )
+    .await;
+    shutdown.shutdown();
+    let summary = run.await.unwrap().unwrap();
+    drop(sender);
+    (
+        broker
+            .counts()
+            .archived
+            .max(summary.dead_letters.total() as usize),
+        paused,
+    )
+}
+
 /// A handler's `retry_after` on a route with `cool_down` pauses the route for that long: the
 /// record asked to wait runs again after it, with the same attempt.
 #[tokio::test]
