@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use rdkafka::Message;
 use tokio::process::Child;
 use tokio::time::Instant;
 
@@ -176,4 +177,124 @@ async fn a_pause_holds_for_every_worker_of_the_group_across_restarts_until_it_is
         paused.elapsed()
     );
     drop(fleet);
+}
+
+/// A cancellation that lapsed is tombstoned by the next worker to start (its first sweep comes
+/// a few seconds after it read the topic), so compaction removes it: no command keeps a record
+/// per command forever.
+#[tokio::test]
+async fn a_lapsed_cancellation_is_replaced_by_a_tombstone() {
+    let scratch = Scratch::new();
+    let topic = unique("lapsed-cancel");
+    let group = unique("lapsed-cancel-group");
+    let endpoint = Endpoint::start().await;
+    let cfg = scratch.write(
+        "worker.toml",
+        &control_config(&group, &topic, &endpoint.route()),
+    );
+    let cfg = cfg.to_str().expect("utf-8 path");
+    assert_ok(
+        &share_worker(&["setup", "--config", cfg, "--partitions", "1"], &[]).await,
+        "setup",
+    );
+    let job = "reminder-7";
+    let out = share_worker(
+        &["cancel", "--config", cfg, "--job-id", job, "--for", "1s"],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "cancel");
+    let log = scratch.0.join("worker.log");
+    let worker = spawn(&["run", "--config", cfg], &log);
+    let control = format!("{group}.control");
+    let key = format!("cancel/{job}");
+    tests::wait_for(
+        "the lapsed cancellation's tombstone",
+        Duration::from_secs(30),
+        async || {
+            let records = tests::read_all(control.clone()).await?;
+            let of_job: Vec<bool> = records
+                .iter()
+                .filter(|m| m.key() == Some(key.as_bytes()))
+                .map(|m| m.payload().is_none())
+                .collect();
+            Ok(of_job == [false, true])
+        },
+    )
+    .await
+    .expect("a worker tombstones what lapsed");
+    assert!(terminate(worker).await.success(), "a clean stop");
+}
+
+/// 500,000 records of junk on the control topic, written by Kafka's console producer, delay a
+/// worker's start by the seconds they take to read (within 30 s), are counted, and are warned
+/// of once: one line with their count and the first one's reason, none per record.
+#[tokio::test]
+async fn a_control_topic_full_of_junk_is_read_within_30_s_and_warned_of_once() {
+    const JUNK: usize = 500_000;
+    let scratch = Scratch::new();
+    let topic = unique("junk-control");
+    let group = unique("junk-control-group");
+    let endpoint = Endpoint::start().await;
+    let cfg = scratch.write(
+        "worker.toml",
+        &control_config(&group, &topic, &endpoint.route()),
+    );
+    let cfg = cfg.to_str().expect("utf-8 path");
+    assert_ok(
+        &share_worker(&["setup", "--config", cfg, "--partitions", "1"], &[]).await,
+        "setup",
+    );
+    let mut junk = String::with_capacity(JUNK * 24);
+    for n in 0..JUNK {
+        match n % 3 {
+            0 => junk.push_str(&format!("junk-{n}\t{{\"v\":1}}\n")),
+            1 => junk.push_str(&format!("pause/{topic}\tnot json {n}\n")),
+            _ => junk.push_str(&format!("cancel/{n}\t{{\"v\":1,\"command\":\"cancel\"}}\n")),
+        }
+    }
+    let control = format!("{group}.control");
+    console_produce(
+        &bootstrap(),
+        &control,
+        &["--property", "parse.key=true"],
+        junk.into_bytes(),
+    )
+    .await;
+    let log = scratch.0.join("worker.log");
+    let started = std::time::Instant::now();
+    let worker = spawn(&["run", "--config", cfg], &log);
+    wait_logged(
+        &[log.as_path()],
+        "control topic read",
+        Duration::from_secs(30),
+    )
+    .await;
+    let took = started.elapsed();
+    let text = std::fs::read_to_string(&log).expect("the log");
+    let warned: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains("no valid command"))
+        .collect();
+    eprintln!("{JUNK} junk records read in {took:?}: {warned:?}");
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].contains(&format!("refused={JUNK}")),
+        "{}",
+        warned[0]
+    );
+    assert!(warned[0].contains("first="), "{}", warned[0]);
+    assert!(
+        !text.contains("control command refused"),
+        "a line per refusal while reading"
+    );
+    // The worker runs: a job is served.
+    produce_batch(&topic, "after-junk-", 1).await;
+    tests::wait_for("the job served", Duration::from_secs(30), async || {
+        Ok(endpoint.handled() >= 1)
+    })
+    .await
+    .expect("the worker runs");
+    assert!(terminate(worker).await.success(), "a clean stop");
 }

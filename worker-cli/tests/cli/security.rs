@@ -6,12 +6,10 @@
 //! The SCRAM and OAUTHBEARER tests need those mechanisms (`worker-kafka/src/security/sasl/`,
 //! `token.rs`); until they are built they fail at their first connection, saying so.
 
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 
 use crate::support::*;
 
@@ -91,30 +89,13 @@ fn sasl_table(mechanism: &str, password: &str) -> String {
 /// Produces `lines` to `topic` with Kafka's Java console producer over a secured listener
 /// (`properties`: the client properties file of `scripts/kafka.sh env`).
 async fn java_produce(bootstrap: &str, topic: &str, properties: &str, lines: &[&str]) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/kafka.sh");
-    let mut child = Command::new("bash")
-        .arg(script)
-        .args(["tool", "org.apache.kafka.tools.ConsoleProducer"])
-        .args(["--bootstrap-server", bootstrap, "--topic", topic])
-        .args(["--command-config", properties])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|err| panic!("cannot run {script}: {err}"));
-    let mut stdin = child.stdin.take().expect("the producer's stdin");
-    stdin
-        .write_all(format!("{}\n", lines.join("\n")).as_bytes())
-        .await
-        .expect("writing the records to the console producer");
-    drop(stdin);
-    let output = match tokio::time::timeout(DEADLINE, child.wait_with_output()).await {
-        Ok(Ok(output)) => output,
-        Ok(Err(err)) => panic!("the console producer failed: {err}"),
-        Err(_) => panic!("the console producer did not finish within {DEADLINE:?}"),
-    };
-    assert_ok(&output, "the Java console producer");
+    console_produce(
+        bootstrap,
+        topic,
+        &["--command-config", properties],
+        format!("{}\n", lines.join("\n")).into_bytes(),
+    )
+    .await;
 }
 
 /// `produce --config` of `lines` to `topic`.

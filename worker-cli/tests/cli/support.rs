@@ -373,3 +373,41 @@ pub(crate) async fn topic_config(topic: &str, key: &str) -> Option<String> {
     let resource = results.into_iter().next()?.ok()?;
     resource.get(key).and_then(|entry| entry.value.clone())
 }
+
+/// Writes `input` (one record per line) to `topic` with Kafka's Java console producer, with
+/// the producer's `extra` arguments (a `--command-config`, `--property parse.key=true`).
+pub(crate) async fn console_produce(bootstrap: &str, topic: &str, extra: &[&str], input: Vec<u8>) {
+    use tokio::io::AsyncWriteExt;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/kafka.sh");
+    let mut child = Command::new("bash")
+        .arg(script)
+        .args(["tool", "org.apache.kafka.tools.ConsoleProducer"])
+        .args(["--bootstrap-server", bootstrap, "--topic", topic])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|err| panic!("cannot run {script}: {err}"));
+    let mut stdin = child.stdin.take().expect("the producer's stdin");
+    let output = tokio::time::timeout(DEADLINE, async move {
+        let (written, output) = tokio::join!(
+            async move {
+                let written = stdin.write_all(&input).await;
+                drop(stdin);
+                written
+            },
+            child.wait_with_output()
+        );
+        written.expect("writing the records to the console producer");
+        output
+    })
+    .await;
+    let output = match output {
+        Ok(Ok(output)) => output,
+        Ok(Err(err)) => panic!("the console producer failed: {err}"),
+        Err(_) => panic!("the console producer did not finish within {DEADLINE:?}"),
+    };
+    assert_ok(&output, "the Java console producer");
+}

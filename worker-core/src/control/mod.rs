@@ -215,47 +215,64 @@ impl ControlSender {
     /// why and counted — when it is not a valid command. Returns whether it was obeyed. What a
     /// reader of the topic of your own calls for each record, in order.
     pub fn apply_record(&self, key: Option<&[u8]>, value: Option<&[u8]>, at: &str) -> bool {
-        match command::decode(key, value) {
-            Ok(command) => {
-                match &command {
-                    command::Command::Pause(pause) => tracing::info!(
-                        at,
-                        topic = %pause.topic,
-                        until = %pause.until_text(),
-                        reason = ?pause.reason,
-                        by = ?pause.by,
-                        "control: route paused"
-                    ),
-                    command::Command::Resume { topic } => {
-                        tracing::info!(at, topic = %topic, "control: route resumed")
-                    }
-                    command::Command::Cancel(cancel) => tracing::info!(
-                        at,
-                        job_id = %cancel.job_id,
-                        until = %humantime::format_rfc3339_seconds(cancel.until),
-                        reason = ?cancel.reason,
-                        by = ?cancel.by,
-                        "control: job cancelled"
-                    ),
-                    command::Command::Uncancel { job_id } => {
-                        tracing::info!(at, job_id = %job_id, "control: job cancellation withdrawn")
-                    }
-                    command::Command::Tally(tally) => tracing::debug!(
-                        at,
-                        topic = %tally.topic,
-                        worker = %tally.worker,
-                        calls = tally.calls,
-                        failed = tally.failed,
-                        "control: a worker's breaker tally"
-                    ),
-                    command::Command::Untally { .. } => {}
-                }
-                self.apply(command)
-            }
+        match self.try_apply_record(key, value, at) {
+            Ok(()) => true,
             Err(why) => {
-                self.refuse(&format!("{at}: {why}"));
+                self.log_refusal(&why);
                 false
             }
+        }
+    }
+
+    /// Like [`apply_record`](Self::apply_record), but a refusal is only counted and returned,
+    /// not logged: a replay of the whole topic says once how much junk it held.
+    pub(crate) fn try_apply_record(
+        &self,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        at: &str,
+    ) -> Result<(), String> {
+        let command = command::decode(key, value)
+            .map_err(|why| self.count_refusal(&format!("{at}: {why}")))?;
+        match &command {
+            command::Command::Pause(pause) => tracing::info!(
+                at,
+                topic = %pause.topic,
+                until = %pause.until_text(),
+                reason = ?pause.reason,
+                by = ?pause.by,
+                "control: route paused"
+            ),
+            command::Command::Resume { topic } => {
+                tracing::info!(at, topic = %topic, "control: route resumed")
+            }
+            command::Command::Cancel(cancel) => tracing::info!(
+                at,
+                job_id = %cancel.job_id,
+                until = %humantime::format_rfc3339_seconds(cancel.until),
+                reason = ?cancel.reason,
+                by = ?cancel.by,
+                "control: job cancelled"
+            ),
+            command::Command::Uncancel { job_id } => {
+                tracing::info!(at, job_id = %job_id, "control: job cancellation withdrawn")
+            }
+            command::Command::Tally(tally) => tracing::debug!(
+                at,
+                topic = %tally.topic,
+                worker = %tally.worker,
+                calls = tally.calls,
+                failed = tally.failed,
+                "control: a worker's breaker tally"
+            ),
+            command::Command::Untally { .. } => {}
+        }
+        match self.change(command) {
+            Ok(()) => {
+                self.reading.obeyed.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(why) => Err(self.count_refusal(&format!("{at}: {why}"))),
         }
     }
 
@@ -285,7 +302,8 @@ impl ControlSender {
                 true
             }
             Err(why) => {
-                self.refuse(&why);
+                let why = self.count_refusal(&why);
+                self.log_refusal(&why);
                 false
             }
         }
@@ -302,10 +320,16 @@ impl ControlSender {
         outcome
     }
 
-    /// Counts and logs a command that is not obeyed: the first, then at each power of two, so
-    /// a topic filled with junk cannot flood the log; `why` is shown on one line, cut.
-    fn refuse(&self, why: &str) {
-        let n = self.reading.refused.fetch_add(1, Ordering::Relaxed) + 1;
+    /// Counts a command that is not obeyed; returns `why`.
+    fn count_refusal(&self, why: &str) -> String {
+        self.reading.refused.fetch_add(1, Ordering::Relaxed);
+        why.to_owned()
+    }
+
+    /// Logs a refusal already counted: the first, then at each power of two, so a topic filled
+    /// with junk cannot flood the log; `why` is shown on one line, cut.
+    pub(crate) fn log_refusal(&self, why: &str) {
+        let n = self.reading.refused.load(Ordering::Relaxed);
         if n.is_power_of_two() {
             tracing::warn!(
                 why = %crate::checks::one_line(why, 512),

@@ -25,8 +25,10 @@ const READER_GROUP: &str = "share-worker-control-reader";
 /// How long a command's write may take.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often a follower tombstones the commands that lapsed (plus up to 10 s, to spread the
-/// fleet), and how many at most each time.
+/// fleet), and how many at most each time. The first sweep comes [`FIRST_SWEEP`] (plus up to
+/// 3 s) after the follower starts: what lapsed while no worker ran is removed at the next start.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
+const FIRST_SWEEP: Duration = Duration::from_secs(2);
 const SWEEP_MAX: usize = 1_000;
 
 /// A share group's control topic on a cluster: where commands are written, and what every worker
@@ -344,6 +346,7 @@ impl ControlTopic {
         let mut next = 0;
         let mut progress = Instant::now();
         let (mut read, mut refused) = (0u64, 0u64);
+        let mut first_refused = None;
         while next < end {
             if progress.elapsed() >= timeout {
                 return Err(self.unreadable(
@@ -356,9 +359,11 @@ impl ControlTopic {
                     next = message.offset() + 1;
                     progress = Instant::now();
                     read += 1;
-                    if !reader.apply(&self.topic, &message) {
+                    if let Err(why) = reader.try_apply(&self.topic, &message) {
                         refused += 1;
+                        first_refused.get_or_insert(why);
                     }
+                    continue;
                 }
                 Some(Err(err)) => {
                     if let Some(said) = consumer.context().refusal() {
@@ -367,6 +372,8 @@ impl ControlTopic {
                 }
                 None => {}
             }
+            // Nothing to read: the position may have moved past offsets that hold no record
+            // (compacted away, transaction markers) up to the end.
             if let Ok(positions) = consumer.position()
                 && let Some(Offset::Offset(at)) =
                     positions.find_partition(&self.topic, 0).map(|p| p.offset())
@@ -377,11 +384,12 @@ impl ControlTopic {
             }
         }
         let state = reader.sender.state.borrow().clone();
-        if refused > 0 {
+        if let Some(first) = first_refused {
             tracing::warn!(
                 topic = %self.topic,
                 refused,
                 read,
+                first = %crate::checks::one_line(&first, 512),
                 "control topic read: records that are no valid command were ignored (anyone who can write the topic can write them; see its ACLs)"
             );
         }
@@ -400,15 +408,9 @@ impl ControlTopic {
     fn follow_on(&self, consumer: &BaseConsumer<KafkaContext>, reader: &Reader) {
         let sender = &reader.sender;
         let mut checked = Instant::now();
-        let mut sweep = Instant::now() + SWEEP_EVERY;
+        let mut sweep =
+            Instant::now() + FIRST_SWEEP + Duration::from_millis(rand::random::<u64>() % 3_000);
         while !sender.state.is_closed() {
-            if Instant::now() >= sweep {
-                sweep = Instant::now()
-                    + SWEEP_EVERY
-                    + Duration::from_millis(rand::random::<u64>() % 10_000);
-                let lapsed = sender.state.borrow().lapsed(SystemTime::now(), SWEEP_MAX);
-                self.sweep_lapsed(consumer, lapsed);
-            }
             match consumer.poll(POLL) {
                 Some(Ok(message)) => {
                     reader.apply(&self.topic, &message);
@@ -425,6 +427,14 @@ impl ControlTopic {
                         self.topic, self.bootstrap
                     )));
                 }
+                // A poll that found nothing: this follower has read everything, and may sweep.
+                None if Instant::now() >= sweep => {
+                    let lapsed = sender.state.borrow().lapsed(SystemTime::now(), SWEEP_MAX);
+                    self.sweep_lapsed(lapsed);
+                    sweep = Instant::now()
+                        + SWEEP_EVERY
+                        + Duration::from_millis(rand::random::<u64>() % 10_000);
+                }
                 None => {}
             }
             if checked.elapsed() >= CHECK_EVERY {
@@ -440,39 +450,36 @@ impl ControlTopic {
         }
     }
 
-    /// Tombstones the `lapsed` pauses and cancellations, so compaction keeps the topic as small
-    /// as the controls in force. Every worker sweeps; a tombstone written twice is harmless.
+    /// Tombstones the `lapsed` pauses, cancellations and tallies, so compaction keeps the topic
+    /// as small as the controls in force. Every worker sweeps; a tombstone written twice is
+    /// harmless.
     ///
-    /// A tombstone is a resume (or an uncancel), so it is written only while this follower has
-    /// read everything but its own tombstones: a command written meanwhile could be a new pause
-    /// of the same route, which the tombstone would undo. Otherwise the sweep waits for the next
-    /// round. A sweep takes at most one poll's time ([`POLL`]): the follower reads the fleet's
-    /// presence records too, and a worker that stops reading loses its lease.
-    fn sweep_lapsed(&self, consumer: &BaseConsumer<KafkaContext>, lapsed: Vec<String>) {
-        let deadline = Instant::now() + POLL;
-        let Some(read) = consumer.position().ok().and_then(|positions| {
-            positions
-                .find_partition(&self.topic, 0)
-                .and_then(|position| position.offset().to_raw())
-        }) else {
+    /// A tombstone is a resume (or an uncancel), so the sweep runs only right after a poll that
+    /// found nothing to read (the follower fetches ahead, so it had read everything the broker
+    /// had): a command it had not read could be a new pause of the same route, which the
+    /// tombstone would undo. It asks the broker nothing and queues the tombstones without
+    /// waiting for them: the follower reads the fleet's presence records too, and a worker that
+    /// stops reading loses its lease.
+    fn sweep_lapsed(&self, lapsed: Vec<String>) {
+        if lapsed.is_empty() {
             return;
+        }
+        let producer = match self.producer() {
+            Ok(producer) => producer,
+            Err(err) => {
+                tracing::debug!(error = %err, "control: no producer for the lapsed commands' tombstones");
+                return;
+            }
         };
-        for (written, key) in (0_i64..).zip(lapsed) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            let caught_up = consumer
-                .fetch_watermarks(&self.topic, 0, left)
-                .is_ok_and(|(_, high)| high == read + written);
-            if !caught_up {
-                break;
-            }
-            if let Err(err) = futures::executor::block_on(self.write(&key, None, "tombstoning")) {
-                tracing::debug!(key, error = %err, "control: a lapsed command's tombstone was not written");
-                break;
+        let count = lapsed.len();
+        for key in lapsed {
+            let record = FutureRecord::<[u8], [u8]>::to(&self.topic).key(key.as_bytes());
+            if let Err(err) = producer.enqueue(record) {
+                tracing::debug!(key, error = %err, "control: a lapsed command's tombstone was not queued");
+                return;
             }
         }
+        tracing::debug!(count, "control: lapsed commands tombstoned");
     }
 
     fn unreadable(&self, why: &str, refusal: Option<String>) -> Error {
@@ -498,8 +505,21 @@ struct Reader {
 }
 
 impl Reader {
-    /// Applies one record; `false` when it is neither a valid command nor a presence record.
+    /// Applies one record; `false` when it is neither a valid command nor a presence record
+    /// (the refusal is logged).
     fn apply(&self, topic: &str, message: &BorrowedMessage<'_>) -> bool {
+        match self.try_apply(topic, message) {
+            Ok(()) => true,
+            Err(why) => {
+                self.sender.log_refusal(&why);
+                false
+            }
+        }
+    }
+
+    /// Applies one record; `Err` with why when it is neither a valid command nor a presence
+    /// record (counted, not logged).
+    fn try_apply(&self, topic: &str, message: &BorrowedMessage<'_>) -> Result<(), String> {
         let at = format!("{topic}@{}", message.offset());
         if message
             .key()
@@ -514,10 +534,10 @@ impl Reader {
                     &at,
                 );
             }
-            return true;
+            return Ok(());
         }
         self.sender
-            .apply_record(message.key(), message.payload(), &at)
+            .try_apply_record(message.key(), message.payload(), &at)
     }
 }
 

@@ -76,6 +76,16 @@ impl Producer {
         })
     }
 
+    /// Queues `record` without waiting for the broker: librdkafka delivers it in the
+    /// background, and its outcome is not looked at. For writes nothing waits on (a control
+    /// topic's tombstones), made from a thread that must not block.
+    pub(crate) fn enqueue(&self, record: FutureRecord<'_, [u8], [u8]>) -> Result<(), KafkaError> {
+        self.inner
+            .send_result(record)
+            .map(drop)
+            .map_err(|(err, _)| err)
+    }
+
     /// Writes `record` once: returns when the broker has confirmed it (`acks=all`), or refused
     /// the producer.
     pub(crate) async fn write(
