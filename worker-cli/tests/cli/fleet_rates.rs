@@ -314,3 +314,17 @@ async fn one_process_holds_a_route_rate_alone() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_process_holds_a_per_key_rate_on_six_partitions() {
+    fleet_rate(Run {
+        processes: 1,
+        partitions: 6,
+        rate: 12,
+        burst: 3,
+        keys: Some(3),
+        seconds: 12,
+        events: &[],
+    })
+    .await;
+}
