@@ -179,14 +179,12 @@ async fn a_pause_holds_for_every_worker_of_the_group_across_restarts_until_it_is
     drop(fleet);
 }
 
-/// A cancellation that lapsed is tombstoned by the next worker to start (its first sweep comes
-/// a few seconds after it read the topic), so compaction removes it: no command keeps a record
-/// per command forever.
-#[tokio::test]
-async fn a_lapsed_cancellation_is_replaced_by_a_tombstone() {
+/// A fresh topic of one partition with its group's control topic, set up from `worker.toml` in
+/// the returned scratch directory; the endpoint its route posts to.
+async fn one_worker_setup(name: &str) -> (Scratch, String, String, Endpoint) {
     let scratch = Scratch::new();
-    let topic = unique("lapsed-cancel");
-    let group = unique("lapsed-cancel-group");
+    let topic = unique(name);
+    let group = unique(&format!("{name}-group"));
     let endpoint = Endpoint::start().await;
     let cfg = scratch.write(
         "worker.toml",
@@ -197,6 +195,17 @@ async fn a_lapsed_cancellation_is_replaced_by_a_tombstone() {
         &share_worker(&["setup", "--config", cfg, "--partitions", "1"], &[]).await,
         "setup",
     );
+    (scratch, topic, group, endpoint)
+}
+
+/// A cancellation that lapsed is tombstoned by the next worker to start (its first sweep comes
+/// a few seconds after it read the topic), so compaction removes it: no command keeps a record
+/// per command forever.
+#[tokio::test]
+async fn a_lapsed_cancellation_is_replaced_by_a_tombstone() {
+    let (scratch, _topic, group, _endpoint) = one_worker_setup("lapsed-cancel").await;
+    let cfg = scratch.0.join("worker.toml");
+    let cfg = cfg.to_str().expect("utf-8 path");
     let job = "reminder-7";
     let out = share_worker(
         &["cancel", "--config", cfg, "--job-id", job, "--for", "1s"],
@@ -232,19 +241,9 @@ async fn a_lapsed_cancellation_is_replaced_by_a_tombstone() {
 #[tokio::test]
 async fn a_control_topic_full_of_junk_is_read_within_30_s_and_warned_of_once() {
     const JUNK: usize = 500_000;
-    let scratch = Scratch::new();
-    let topic = unique("junk-control");
-    let group = unique("junk-control-group");
-    let endpoint = Endpoint::start().await;
-    let cfg = scratch.write(
-        "worker.toml",
-        &control_config(&group, &topic, &endpoint.route()),
-    );
+    let (scratch, topic, group, endpoint) = one_worker_setup("junk-control").await;
+    let cfg = scratch.0.join("worker.toml");
     let cfg = cfg.to_str().expect("utf-8 path");
-    assert_ok(
-        &share_worker(&["setup", "--config", cfg, "--partitions", "1"], &[]).await,
-        "setup",
-    );
     let mut junk = String::with_capacity(JUNK * 24);
     for n in 0..JUNK {
         match n % 3 {

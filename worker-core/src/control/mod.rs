@@ -233,7 +233,7 @@ impl ControlSender {
         at: &str,
     ) -> Result<(), String> {
         let command = command::decode(key, value)
-            .map_err(|why| self.count_refusal(&format!("{at}: {why}")))?;
+            .map_err(|why| self.count_refusal(format!("{at}: {why}")))?;
         match &command {
             command::Command::Pause(pause) => tracing::info!(
                 at,
@@ -272,7 +272,7 @@ impl ControlSender {
                 self.reading.obeyed.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
-            Err(why) => Err(self.count_refusal(&format!("{at}: {why}"))),
+            Err(why) => Err(self.count_refusal(format!("{at}: {why}"))),
         }
     }
 
@@ -302,7 +302,7 @@ impl ControlSender {
                 true
             }
             Err(why) => {
-                let why = self.count_refusal(&why);
+                let why = self.count_refusal(why);
                 self.log_refusal(&why);
                 false
             }
@@ -321,9 +321,9 @@ impl ControlSender {
     }
 
     /// Counts a command that is not obeyed; returns `why`.
-    fn count_refusal(&self, why: &str) -> String {
+    fn count_refusal(&self, why: String) -> String {
         self.reading.refused.fetch_add(1, Ordering::Relaxed);
-        why.to_owned()
+        why
     }
 
     /// Logs a refusal already counted: the first, then at each power of two, so a topic filled
