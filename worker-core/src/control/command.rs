@@ -22,7 +22,7 @@ const FAILURES: &str = "failures/";
 /// ever has, and small enough that the fleet's sum cannot overflow.
 const MAX_TALLY_CALLS: u32 = 1_000_000;
 /// The longest a tally counts after it was written.
-const MAX_TALLY_SPAN: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_TALLY_SPAN: Duration = Duration::from_secs(24 * 3600);
 /// The longest worker id in a tally's key.
 const MAX_WORKER_CHARS: usize = 64;
 

@@ -173,7 +173,7 @@ where
                 calls,
                 failed,
                 at: wall,
-                until: wall + breaker.window.min(Duration::from_secs(24 * 3600)),
+                until: wall + breaker.window.min(crate::control::command::MAX_TALLY_SPAN),
             };
             send(topic, "breaker tally", controls.publish_tally(&tally));
         }
@@ -268,10 +268,9 @@ where
                     calls.saturating_add(fleet.0),
                     failures.saturating_add(fleet.1),
                 );
-                if breaker.trips(calls, failures)
-                    || (last && breaker.trips_early(fleet_calls, fleet_failures))
-                {
-                    let (calls, failures, whose) = if breaker.trips(calls, failures) {
+                let alone = breaker.trips(calls, failures);
+                if alone || (last && breaker.trips_early(fleet_calls, fleet_failures)) {
+                    let (calls, failures, whose) = if alone {
                         (calls, failures, "")
                     } else {
                         (fleet_calls, fleet_failures, " across the fleet")
