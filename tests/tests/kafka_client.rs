@@ -217,6 +217,52 @@ async fn two_clients_share_one_partition() -> Result<()> {
     Ok(())
 }
 
+/// A paused partition is left out of the share fetch: the other partition's records keep
+/// coming, none of the paused one's is acquired until it is resumed, and records of it already
+/// held are still acknowledged while it is paused.
+#[tokio::test]
+async fn a_paused_partition_is_not_fetched_and_its_held_records_are_still_acknowledged()
+-> Result<()> {
+    let (admin, topic, group) = setup(2, None).await?;
+    let p = producer(&[])?;
+    produce_to(&p, &topic, 0, 0..20).await?;
+    produce_to(&p, &topic, 1, 0..20).await?;
+    p.flush(Duration::from_secs(10))?;
+    let src = source(&group, &topic).await?;
+    src.pause_partition(&topic, 0, true);
+    let first = fetch_n(&src, 20, 7, Duration::from_secs(30)).await?;
+    ensure!(
+        first.iter().all(|d| d.id.partition == 1),
+        "records of the paused partition: {:?}",
+        first.iter().map(|d| &d.id).collect::<Vec<_>>()
+    );
+    ack_all(&src, &first, AckKind::Accept).await?;
+    // Partition 1 is drained and 0 paused: a second of fetches acquires nothing.
+    let quiet = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < quiet {
+        let got = src.fetch(10).await?;
+        ensure!(got.is_empty(), "fetched while paused: {got:?}");
+    }
+    src.pause_partition(&topic, 0, false);
+    let held = fetch_n(&src, 5, 5, Duration::from_secs(30)).await?;
+    ensure!(held.iter().all(|d| d.id.partition == 0));
+    // Paused again while its records are held: their acknowledgements still go through.
+    src.pause_partition(&topic, 0, true);
+    ack_all(&src, &held, AckKind::Accept).await?;
+    ensure!(src.fetch(10).await?.is_empty(), "fetched while paused");
+    src.pause_partition(&topic, 0, false);
+    let rest = fetch_n(&src, 15, 10, Duration::from_secs(30)).await?;
+    let offsets: BTreeSet<i64> = held.iter().chain(&rest).map(|d| d.id.offset).collect();
+    ensure!(
+        offsets.len() == 20 && rest.iter().all(|d| d.id.partition == 0),
+        "partition 0's 20 records once each: {offsets:?}"
+    );
+    ack_all(&src, &rest, AckKind::Accept).await?;
+    wait_lag_zero(&admin, &group, &topic).await?;
+    src.close().await?;
+    Ok(())
+}
+
 /// Done-when 6: every compression, plus an aborted transaction: only committed records arrive,
 /// the other acquired offsets are GAP-acknowledged and the lag reaches 0.
 #[tokio::test]

@@ -75,6 +75,10 @@ impl ShareSource for KafkaSource {
         KafkaSource::pause(self, topic, paused);
     }
 
+    fn pause_partition(&self, topic: &str, partition: i32, paused: bool) {
+        KafkaSource::pause_partition(self, topic, partition, paused);
+    }
+
     fn group(&self) -> Option<&str> {
         Some(KafkaSource::group(self))
     }

@@ -43,6 +43,53 @@ struct Topics {
     refreshed: Option<Instant>,
 }
 
+/// What is not fetched from for now.
+#[derive(Debug, Default)]
+struct Paused {
+    topics: HashSet<Arc<str>>,
+    partitions: HashMap<Arc<str>, HashSet<i32>>,
+}
+
+impl Paused {
+    fn is_empty(&self) -> bool {
+        self.topics.is_empty() && self.partitions.is_empty()
+    }
+
+    /// Whether `topic`'s `partition` is paused, on its own or with its topic.
+    fn has(&self, topic: &str, partition: i32) -> bool {
+        self.topics.contains(topic)
+            || self
+                .partitions
+                .get(topic)
+                .is_some_and(|set| set.contains(&partition))
+    }
+
+    /// Pauses `topic`'s `partition`.
+    fn pause_partition(&mut self, topic: &str, partition: i32) {
+        match self.partitions.get_mut(topic) {
+            Some(set) => {
+                set.insert(partition);
+            }
+            None => {
+                self.partitions
+                    .insert(Arc::from(topic), HashSet::from([partition]));
+            }
+        }
+    }
+
+    /// Resumes `topic`'s `partition`; `true` if it was paused.
+    fn resume_partition(&mut self, topic: &str, partition: i32) -> bool {
+        let Some(set) = self.partitions.get_mut(topic) else {
+            return false;
+        };
+        let was = set.remove(&partition);
+        if set.is_empty() {
+            self.partitions.remove(topic);
+        }
+        was
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
     config: KafkaConfig,
@@ -57,9 +104,10 @@ struct Inner {
     /// The fetches in flight, one per broker; locking it makes fetch calls take turns.
     fetches: AsyncMutex<Fetches>,
     closed: AtomicBool,
-    /// Topics not fetched from for now ([`KafkaSource::pause`]).
-    paused: Mutex<HashSet<Arc<str>>>,
-    /// Wakes a fetch that waits because every assigned topic is paused.
+    /// Topics and partitions not fetched from for now ([`KafkaSource::pause`],
+    /// [`KafkaSource::pause_partition`]).
+    paused: Mutex<Paused>,
+    /// Wakes a fetch that waits because every assigned partition is paused.
     resumed: tokio::sync::Notify,
     /// Counts acknowledgements handed over: each frees the runtime a slot, which a fetch call
     /// still waiting may give to a broker it could not ask for lack of slots.
@@ -163,7 +211,7 @@ impl KafkaSource {
                 sessions: Mutex::new(HashMap::new()),
                 fetches: AsyncMutex::new(Fetches::default()),
                 closed: AtomicBool::new(false),
-                paused: Mutex::new(HashSet::new()),
+                paused: Mutex::new(Paused::default()),
                 resumed: tokio::sync::Notify::new(),
                 freed: AtomicU64::new(0),
                 starving: AtomicBool::new(false),
@@ -289,21 +337,22 @@ impl Inner {
             .collect())
     }
 
-    /// Removes the partitions of paused topics; `true` if that left nothing to fetch from.
+    /// Removes the paused partitions (and those of paused topics); `true` if that left nothing
+    /// to fetch from.
     fn drop_paused(&self, by_leader: &mut BTreeMap<i32, Vec<(Uuid, Vec<i32>)>>) -> bool {
         let paused = self.paused.lock().unwrap_or_else(|e| e.into_inner());
         if paused.is_empty() || by_leader.is_empty() {
             return false;
         }
         let topics = self.topics.lock().unwrap_or_else(|e| e.into_inner());
-        let is_paused = |id: &Uuid| {
-            topics
-                .by_id
-                .get(id)
-                .is_some_and(|(name, _)| paused.contains(name))
-        };
         by_leader.retain(|_, partitions| {
-            partitions.retain(|(id, _)| !is_paused(id));
+            partitions.retain_mut(|(id, numbers)| {
+                let Some((name, _)) = topics.by_id.get(id) else {
+                    return true;
+                };
+                numbers.retain(|p| !paused.has(name, *p));
+                !numbers.is_empty()
+            });
             !partitions.is_empty()
         });
         by_leader.is_empty()
@@ -363,6 +412,11 @@ impl Inner {
         let mut by_leader = self.partitions_by_leader(&state.assignment).await?;
         self.leaders
             .store(by_leader.len().max(1), Ordering::Relaxed);
+        // Listening for a resume before looking at what is paused: one that comes in between
+        // still wakes the wait below.
+        let resumed = self.resumed.notified();
+        tokio::pin!(resumed);
+        resumed.as_mut().enable();
         let all_paused = self.drop_paused(&mut by_leader);
         let answers = loop {
             let freed_now = self.freed.load(Ordering::SeqCst);
@@ -396,8 +450,7 @@ impl Inner {
                 if all_paused {
                     // Everything assigned is paused: wait for a resume (or the usual wait)
                     // instead of spinning on empty answers.
-                    let _ =
-                        tokio::time::timeout(self.config.max_wait, self.resumed.notified()).await;
+                    let _ = tokio::time::timeout(self.config.max_wait, resumed).await;
                 } else {
                     tokio::time::sleep(self.config.max_wait.min(Duration::from_millis(100))).await;
                 }
@@ -611,8 +664,21 @@ impl KafkaSource {
     pub fn pause(&self, topic: &str, paused: bool) {
         let mut set = self.inner.paused.lock().unwrap_or_else(|e| e.into_inner());
         if paused {
-            set.insert(Arc::from(topic));
-        } else if set.remove(topic) {
+            set.topics.insert(Arc::from(topic));
+        } else if set.topics.remove(topic) {
+            self.inner.resumed.notify_waiters();
+        }
+    }
+
+    /// Stops (`paused`) or resumes fetching records of one partition of `topic`, as
+    /// [`pause`](Self::pause) does for a whole topic: the share session forgets the partition
+    /// until it is resumed, so the broker acquires none of its records for this member (the
+    /// group's other members still get them).
+    pub fn pause_partition(&self, topic: &str, partition: i32, paused: bool) {
+        let mut set = self.inner.paused.lock().unwrap_or_else(|e| e.into_inner());
+        if paused {
+            set.pause_partition(topic, partition);
+        } else if set.resume_partition(topic, partition) {
             self.inner.resumed.notify_waiters();
         }
     }

@@ -47,6 +47,16 @@ pub(crate) async fn produce_with(
     topic: &str,
     range: std::ops::Range<u32>,
 ) -> Result<()> {
+    produce_to(p, topic, 0, range).await
+}
+
+/// Writes `v-{i}` (key `k-{i}`) for each `i` of `range` to `topic`'s `partition`.
+pub(crate) async fn produce_to(
+    p: &FutureProducer,
+    topic: &str,
+    partition: i32,
+    range: std::ops::Range<u32>,
+) -> Result<()> {
     let sends = range.map(|i| {
         let payload = format!("v-{i}");
         let key = format!("k-{i}");
@@ -55,7 +65,7 @@ pub(crate) async fn produce_with(
                 FutureRecord::to(topic)
                     .payload(&payload)
                     .key(&key)
-                    .partition(0),
+                    .partition(partition),
                 Duration::from_secs(10),
             )
             .await

@@ -274,7 +274,6 @@ async fn ten_processes_hold_a_route_rate_on_six_partitions() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "fails in about 1 run of 8: while the group's assignment settles, one worker can hold the partitions of two keys, its slots fill with records waiting for their keys' permits, and one key runs at half its rate for ~4 s (docs/jobs.md; the fix is a per-partition pause of the share fetch)"]
 async fn three_processes_hold_a_per_key_rate_on_six_partitions() {
     fleet_rate(Run {
         processes: 3,

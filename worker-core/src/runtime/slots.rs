@@ -82,6 +82,8 @@ pub(crate) struct Counted {
     pub(crate) throttled: bool,
     /// Waiting for its key.
     pub(crate) key_wait: bool,
+    /// Waiting for its key or its key's rate: counted against its partition's pause.
+    pub(crate) for_key: bool,
     /// Permits it took and has not used yet (a later limit refused it).
     pub(crate) permits: Permits,
     /// The limiter whose line it stands in.

@@ -94,6 +94,17 @@ pub trait ShareSource: Send + Sync + 'static {
         let _ = (topic, paused);
     }
 
+    /// Stops (`paused`) or resumes fetching records of one partition of `topic`, as
+    /// [`pause`](Self::pause) does for a whole topic. Without a delay topic the worker pauses a
+    /// partition while as many of its records wait for their keys (their per-key rate, their
+    /// turn) as one key may have waiting: the partition's next records would most likely wait
+    /// too, taking the slots the other partitions' keys need, while left in the broker they go
+    /// to the group's other members. The default ignores it: with such a source a busy key can
+    /// fill the worker's slots with records that wait.
+    fn pause_partition(&self, topic: &str, partition: i32, paused: bool) {
+        let _ = (topic, partition, paused);
+    }
+
     /// The share group this source consumes as, for telemetry; `None` when it has no name (the
     /// default).
     fn group(&self) -> Option<&str> {

@@ -146,6 +146,16 @@ impl ShareSource for MemoryMember {
         }
     }
 
+    fn pause_partition(&self, topic: &str, partition: i32, paused: bool) {
+        self.broker
+            .shared
+            .state()
+            .pause_partition(self.index, topic, partition, paused);
+        if !paused {
+            self.broker.shared.available.notify_waiters();
+        }
+    }
+
     async fn delivery_limit(&self) -> Result<Option<u16>> {
         let state = self.broker.shared.state();
         if state.fail_limit_reads {

@@ -70,6 +70,8 @@ struct Member {
     closed: bool,
     /// Topics this member does not fetch from for now.
     paused: std::collections::HashSet<Arc<str>>,
+    /// Partitions (topic index, partition) this member does not fetch from for now.
+    paused_partitions: std::collections::HashSet<(usize, usize)>,
 }
 
 /// One record to append, as given to [`MemoryBroker::produce_record`](super::MemoryBroker::produce_record).
@@ -185,6 +187,7 @@ impl State {
             session: 0,
             closed: false,
             paused: std::collections::HashSet::new(),
+            paused_partitions: std::collections::HashSet::new(),
         });
         self.members.len() - 1
     }
@@ -229,16 +232,41 @@ impl State {
         }
     }
 
+    /// Stops (or resumes) fetching `topic`'s `partition` for `member`; a topic or partition it
+    /// does not have is ignored.
+    pub(crate) fn pause_partition(
+        &mut self,
+        member: usize,
+        topic: &str,
+        partition: i32,
+        paused: bool,
+    ) {
+        let Some(t) = self.topic_names.iter().position(|name| &**name == topic) else {
+            return;
+        };
+        let Ok(p) = usize::try_from(partition) else {
+            return;
+        };
+        let set = &mut self.members[member].paused_partitions;
+        if paused {
+            set.insert((t, p));
+        } else {
+            set.remove(&(t, p));
+        }
+    }
+
     pub(crate) fn acquire(&mut self, member: usize, max: u32, now: Instant) -> Vec<Delivery> {
         let mut out = Vec::new();
         let max = usize::try_from(max).unwrap_or(usize::MAX);
         let paused = &self.members[member].paused;
+        let paused_partitions = &self.members[member].paused_partitions;
         let all: Vec<(usize, usize)> = self
             .topics
             .iter()
             .enumerate()
             .filter(|(t, _)| !paused.contains(&self.topic_names[*t]))
             .flat_map(|(t, topic)| (0..topic.partitions.len()).map(move |p| (t, p)))
+            .filter(|tp| !paused_partitions.contains(tp))
             .collect();
         if all.is_empty() || max == 0 {
             return out;

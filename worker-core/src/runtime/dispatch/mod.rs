@@ -11,6 +11,7 @@
 //! - `perform.rs`: stepping a record and performing its effects.
 //! - `renew.rs`: renewals and the watchdog over the loop's own lateness.
 //! - `wait.rs`: the admission check (rate limits, keys), waits and moves to the delay topic.
+//! - `key_waits.rs`: partitions paused while their records wait for their keys (no delay topic).
 //! - `stop.rs`: shutdown and the grace period.
 //!
 //! The loop's state is in parts that each own what they change: the slot table (every unfinished
@@ -25,6 +26,7 @@ mod average;
 mod breakers;
 mod coalesce;
 mod control;
+mod key_waits;
 mod perform;
 mod renew;
 mod stop;
@@ -192,6 +194,8 @@ struct Waits {
     limits: Limits,
     /// Which keys run, and who waits for them.
     keys: Keys,
+    /// How many records of each partition wait for their keys, for its pause at the source.
+    key_waits: key_waits::KeyWaits,
     /// Records waiting for their not-before.
     delayed: usize,
     /// Each route's recent handler time, for when a busy key may be free.
@@ -300,6 +304,11 @@ where
                 throttled: Deadlines::default(),
                 limits,
                 keys: Keys::default(),
+                // With a delay topic, the records a key cannot hold move there instead.
+                key_waits: key_waits::KeyWaits::new(match config.delay {
+                    Some(_) => 0,
+                    None => config.max_waiting_per_key(),
+                }),
                 delayed: 0,
                 latency: vec![Duration::ZERO; route_count],
                 holds_full: false,

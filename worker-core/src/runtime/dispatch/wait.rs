@@ -23,6 +23,7 @@ use super::super::settings::Settings;
 use super::super::slots::{Permits, SlotKey};
 use super::super::writes::Written;
 use super::control::{Control, Gate};
+use super::key_waits::Turn;
 use super::{Dispatcher, write_backs};
 
 /// The shortest guess of when a busy key is free.
@@ -670,6 +671,29 @@ where
             job.counted.key_wait = key_wait;
             if !key_wait && let (Some(route), Some(hash)) = (route, hash) {
                 self.waits.keys.stop_waiting(route, hash, key);
+            }
+        }
+        // A record being checked again keeps its count until the check says.
+        if let Some(job) = self.slots.get_mut(key)
+            && (gone || phase != Phase::Admitting)
+        {
+            let for_key = !gone
+                && (phase == Phase::KeyWait
+                    || (matches!(phase, Phase::Throttled { .. })
+                        && job.throttle == Some(LimitKind::Key)));
+            if for_key != job.counted.for_key {
+                job.counted.for_key = for_key;
+                let (topic, partition) = (&job.id.topic, job.id.partition);
+                if let Some(turn) = self.waits.key_waits.count(topic, partition, for_key) {
+                    let paused = turn == Turn::Pause;
+                    tracing::debug!(
+                        topic = &**topic,
+                        partition,
+                        paused,
+                        "partition paused or resumed at the source: its records wait for their keys"
+                    );
+                    self.source.pause_partition(topic, partition, paused);
+                }
             }
         }
         let Some(job) = self.slots.get_mut(key) else {

@@ -265,6 +265,76 @@ async fn a_hot_key_at_its_limit_never_starves_the_other_keys() {
     assert!(summary.moved > 0, "{summary:?}");
 }
 
+/// Without a delay topic a hot key's records can only wait in their slots: its partition is
+/// paused at the source once a key's share of waiting records is taken, so the records of the
+/// other partition still come and run at once, and the hot key keeps its rate.
+#[tokio::test(start_paused = true)]
+async fn without_a_delay_topic_a_hot_keys_partition_is_paused_so_the_other_partition_flows() {
+    let broker = MemoryBroker::builder()
+        .lock_duration(Duration::from_secs(2))
+        .build();
+    broker.create_topic("sms", 2);
+    for n in 0..100 {
+        let hot = ProducedRecord::new(format!("hot {n}")).key("+1000");
+        broker.produce_record("sms", hot.partition(0));
+    }
+    for n in 0..50 {
+        let cold = ProducedRecord::new(format!("cold {n}")).key(format!("+2{n:03}"));
+        broker.produce_record("sms", cold.partition(1));
+    }
+    let start = Instant::now();
+    let log: Arc<Mutex<Vec<(Duration, bool)>>> = Arc::default();
+    let seen = log.clone();
+    let worker = Worker::builder(broker.member("a"))
+        .add_route(
+            Route::new(
+                "sms",
+                handler(move |job| {
+                    let seen = seen.clone();
+                    async move {
+                        let hot = job.delivery().id.partition == 0;
+                        seen.lock().unwrap().push((start.elapsed(), hot));
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        Outcome::Accept
+                    }
+                }),
+            )
+            .key_rate_limit(RateLimit::per_second(10)),
+        )
+        .concurrency(8)
+        .build()
+        .unwrap();
+    let l = log.clone();
+    let summary = run_until(worker, Duration::from_secs(60), "every record", move || {
+        l.lock().unwrap().len() == 150
+    })
+    .await;
+    let log = log.lock().unwrap().clone();
+    let last = |hot: bool| {
+        log.iter()
+            .filter(|(_, h)| *h == hot)
+            .map(|(at, _)| *at)
+            .max()
+            .unwrap()
+    };
+    // Without the pause the hot records fill the slots, and each slot one frees is refilled
+    // from either partition: the cold records trickle in at the hot key's pace (4 s here, 0.3 s
+    // with the pause).
+    assert!(
+        last(false) < Duration::from_secs(1),
+        "the other partition took {:?}",
+        last(false)
+    );
+    // 10/s with a burst of 10: 100 records in about 9 s.
+    assert!(
+        last(true) < Duration::from_secs(11),
+        "the hot key kept its rate: done at {:?}",
+        last(true)
+    );
+    assert_eq!(broker.stats().releases, 0, "nothing released to wait");
+    assert_eq!(summary.moved, 0, "{summary:?}");
+}
+
 /// Under `key-concurrency = 1` two records of one key never run at once, while different keys
 /// run side by side.
 #[tokio::test(start_paused = true)]
