@@ -106,6 +106,11 @@ where
         if self.fetching.coalesce_until.is_some() {
             return false;
         }
+        // Right after a partition's resume, a small fetch (see `key_waits`).
+        let max = match self.waits.key_waits.take_fetch_limit() {
+            Some(most) => max.min(u32::try_from(most).unwrap_or(u32::MAX)),
+            None => max,
+        };
         self.fetching.future = Some(Box::pin(self.source.fetch(max)));
         self.fetching.started = now;
         self.fetching.asked = max;

@@ -4,8 +4,10 @@
 //! records hold every slot and a key of another partition this worker was given starves. So
 //! once `most` records of one partition wait for their keys, the partition is paused at the
 //! source (left out of the share fetch, its records left to the group's other members) until
-//! one of them stops waiting. With a delay topic the records a key cannot hold move there
-//! instead, and nothing is paused.
+//! one of them stops waiting. The fetch right after a resume asks for at most `most` records: a
+//! full-sized one could refill the resumed partition far past `most` in one answer, and those
+//! records would again hold the slots for as long as their keys take to start them. With a delay
+//! topic the records a key cannot hold move there instead, and nothing is paused.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,6 +19,8 @@ pub(super) struct KeyWaits {
     most: usize,
     /// By (topic, partition): the records waiting (none are kept at 0).
     waiting: HashMap<(Arc<str>, i32), usize>,
+    /// A partition was resumed since the last fetch.
+    resumed: bool,
 }
 
 /// What a change of the count asks of the source.
@@ -32,7 +36,14 @@ impl KeyWaits {
         Self {
             most,
             waiting: HashMap::new(),
+            resumed: false,
         }
+    }
+
+    /// The most records the fetch about to start may ask for, when a partition was resumed since
+    /// the last one.
+    pub(super) fn take_fetch_limit(&mut self) -> Option<usize> {
+        std::mem::take(&mut self.resumed).then_some(self.most)
     }
 
     /// One more record of `topic`'s `partition` waits for its key (`waits`), or one stopped.
@@ -54,7 +65,10 @@ impl KeyWaits {
         }
         match (before >= self.most, after >= self.most) {
             (false, true) => Some(Turn::Pause),
-            (true, false) => Some(Turn::Resume),
+            (true, false) => {
+                self.resumed = true;
+                Some(Turn::Resume)
+            }
             _ => None,
         }
     }
@@ -82,8 +96,12 @@ mod tests {
         assert_eq!(waits.count(&a, 1, true), None);
         assert_eq!(waits.count(&b, 0, true), None);
         assert_eq!(waits.paused(), 1);
+        assert_eq!(waits.take_fetch_limit(), None, "nothing resumed yet");
         assert_eq!(waits.count(&a, 0, false), None);
         assert_eq!(waits.count(&a, 0, false), Some(Turn::Resume));
+        // The next fetch asks for at most 2, the one after it for what it likes.
+        assert_eq!(waits.take_fetch_limit(), Some(2));
+        assert_eq!(waits.take_fetch_limit(), None);
         assert_eq!(waits.count(&a, 0, true), Some(Turn::Pause));
         assert_eq!(waits.paused(), 1);
     }
