@@ -328,3 +328,59 @@ async fn one_process_holds_a_per_key_rate_on_six_partitions() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_processes_hold_a_route_rate_on_six_partitions() {
+    fleet_rate(Run {
+        processes: 3,
+        partitions: 6,
+        rate: 30,
+        burst: 10,
+        keys: None,
+        seconds: 12,
+        events: &[],
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ten_processes_hold_a_route_rate_on_one_partition() {
+    fleet_rate(Run {
+        processes: 10,
+        partitions: 1,
+        rate: 40,
+        burst: 20,
+        keys: None,
+        seconds: 12,
+        events: &[],
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_processes_hold_a_per_key_rate_on_one_partition_through_a_join_a_leave_and_a_kill() {
+    fleet_rate(Run {
+        processes: 3,
+        partitions: 1,
+        rate: 12,
+        burst: 3,
+        keys: Some(2),
+        seconds: 24,
+        events: &[Event::Join(5), Event::Leave(10), Event::Kill(15)],
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ten_processes_hold_a_per_key_rate_on_six_partitions() {
+    fleet_rate(Run {
+        processes: 10,
+        partitions: 6,
+        rate: 12,
+        burst: 3,
+        keys: Some(3),
+        seconds: 14,
+        events: &[],
+    })
+    .await;
+}
