@@ -25,10 +25,19 @@
 //!
 //! Reads are bounded: when the cluster does not answer within the bound, the last value read is
 //! given, flagged by the [`STALE_HEADER`] response header; an unknown group or topic is
-//! `NOT_FOUND`, bad metadata `INVALID_ARGUMENT`, both naming what is wrong.
+//! `NOT_FOUND`, bad metadata `INVALID_ARGUMENT`, both naming what is wrong. However many streams
+//! and calls name a group and its topics, one task reads them, once a second at most
+//! ([`Limits`] bounds the rest: connections, streams, targets, time per request).
+//!
+//! The server speaks TLS when given a certificate ([`Tls`]), and then requires a client
+//! certificate signed by the given CA when one is named (mutual TLS: KEDA's `caCert`,
+//! `tlsClientCert` and `tlsClientKey`). It serves the gRPC health service (`grpc.health.v1`) on
+//! its own port and, plain, on a second listener for the kubelet's probes.
 
 mod backlog;
 mod metadata;
+mod readers;
+mod server;
 mod service;
 
 use std::time::Duration;
@@ -36,6 +45,7 @@ use std::time::Duration;
 use worker_kafka::Admin;
 
 pub use metadata::DEFAULT_LAG_THRESHOLD;
+pub use server::{Limits, Serve, Tls};
 pub use service::{STALE_HEADER, Scaler};
 
 /// KEDA's External Scaler API, generated from `proto/externalscaler.proto`.
@@ -49,31 +59,8 @@ pub const READ_BOUND: Duration = Duration::from_secs(3);
 
 impl Scaler {
     /// A scaler reading through `admin` (secured as the cluster needs, see
-    /// [`Admin::connect_with`]), each read bounded by `bound`.
-    pub fn with_admin(admin: Admin, bound: Duration) -> Self {
-        Self::new(backlog::Backlogs::new(backlog::Cluster::new(admin), bound))
-    }
-
-    /// Serves the scaler on `listener` until `shutdown` resolves (bind it first, so a port that
-    /// is taken is an error before anything runs).
-    pub async fn serve_on(
-        self,
-        listener: tokio::net::TcpListener,
-        shutdown: impl std::future::Future<Output = ()> + Send,
-    ) -> Result<(), tonic::transport::Error> {
-        let stopping = self.stopping.clone();
-        let shutdown = async move {
-            shutdown.await;
-            stopping.cancel();
-        };
-        tonic::transport::Server::builder()
-            .add_service(proto::external_scaler_server::ExternalScalerServer::new(
-                self,
-            ))
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
-                shutdown,
-            )
-            .await
+    /// [`Admin::connect_with`]), each read bounded by `bound`, within `limits`.
+    pub fn with_admin(admin: Admin, bound: Duration, limits: &Limits) -> Self {
+        Self::new(backlog::Cluster::new(admin), bound, limits)
     }
 }

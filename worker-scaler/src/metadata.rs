@@ -26,7 +26,25 @@ pub(crate) struct Query {
     pub(crate) activation: i64,
 }
 
+/// What is read for a query: its group and topics. Queries that differ only in thresholds share
+/// one read.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Target {
+    /// The share group.
+    pub(crate) group: String,
+    /// Its topics, sorted and without repeats.
+    pub(crate) topics: Vec<String>,
+}
+
 impl Query {
+    /// What is read to answer this query.
+    pub(crate) fn target(&self) -> Target {
+        Target {
+            group: self.group.clone(),
+            topics: self.topics.clone(),
+        }
+    }
+
     /// Reads `metadata`: `group` and `topics` (comma-separated) required; `delayTopics`
     /// (comma-separated), `lagThreshold` (≥ 1, default 100) and `activationLagThreshold` (≥ 0,
     /// default 0) optional. Other keys (KEDA's own, such as `scalerAddress`) are left alone.

@@ -4,62 +4,95 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::Stream;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use crate::backlog::{Backlogs, Failure, Reading};
+use crate::Limits;
+use crate::backlog::{Failure, Reading, Source};
 use crate::metadata::Query;
 use crate::proto::external_scaler_server::ExternalScaler;
 use crate::proto::{
     GetMetricSpecResponse, GetMetricsRequest, GetMetricsResponse, IsActiveResponse, MetricSpec,
     MetricValue, ScaledObjectRef,
 };
+use crate::readers::{Bounds, Follow, Readers};
 
 /// The response header that flags a value as the last one read (its age in seconds): the cluster
 /// did not answer within the bound.
 pub const STALE_HEADER: &str = "x-share-scaler-stale-seconds";
-/// How often a `StreamIsActive` stream reads the backlog.
-const STREAM_EVERY: Duration = Duration::from_secs(1);
 
 /// The scaler: answers KEDA from the backlogs it reads.
 #[derive(Clone, Debug)]
 pub struct Scaler {
-    backlogs: Arc<Backlogs>,
+    readers: Arc<Readers>,
+    /// A permit per open `StreamIsActive` stream.
+    streams: Arc<Semaphore>,
+    pub(crate) limits: Limits,
     /// Fired when the server shuts down: open streams end, so the shutdown does not wait for
     /// KEDA to close them.
     pub(crate) stopping: CancellationToken,
 }
 
 impl Scaler {
-    pub(crate) fn new(backlogs: Backlogs) -> Self {
+    pub(crate) fn new(source: impl Source, bound: Duration, limits: &Limits) -> Self {
+        let stopping = CancellationToken::new();
+        let bounds = Bounds {
+            read: bound,
+            every: limits.every,
+            targets: limits.targets,
+        };
         Self {
-            backlogs: Arc::new(backlogs),
-            stopping: CancellationToken::new(),
+            readers: Arc::new(Readers::new(source, bounds, stopping.clone())),
+            streams: Arc::new(Semaphore::new(limits.streams)),
+            limits: *limits,
+            stopping,
         }
     }
 
     /// The query of `object`, and its backlog now.
     async fn backlog(&self, object: Option<&ScaledObjectRef>) -> Result<(Query, Reading), Status> {
-        let object = object.ok_or_else(|| Status::invalid_argument("no scaled object"))?;
-        let query = Query::parse(&object.scaler_metadata).map_err(|why| {
-            Status::invalid_argument(format!(
-                "scaled object {}/{}: {why}",
-                object.namespace, object.name
-            ))
-        })?;
-        let reading = self
-            .backlogs
-            .read(&query)
-            .await
-            .map_err(|failure| match failure {
-                Failure::NotFound(why) => Status::not_found(why),
-                Failure::Denied(why) => Status::permission_denied(why),
-                Failure::Unavailable(why) => Status::unavailable(why),
-            })?;
+        let query = query(object)?;
+        let reading = self.readers.read(&query.target()).await.map_err(status)?;
         Ok((query, reading))
     }
+}
+
+/// The query `object`'s metadata asks for; bad metadata is `INVALID_ARGUMENT`, naming the key.
+fn query(object: Option<&ScaledObjectRef>) -> Result<Query, Status> {
+    let object = object.ok_or_else(|| Status::invalid_argument("no scaled object"))?;
+    Query::parse(&object.scaler_metadata).map_err(|why| {
+        Status::invalid_argument(format!(
+            "scaled object {}/{}: {why}",
+            bounded(&object.namespace),
+            bounded(&object.name)
+        ))
+    })
+}
+
+/// A client's name for its object, cut short for an error message.
+fn bounded(name: &str) -> String {
+    name.chars().take(253).collect()
+}
+
+/// The gRPC status of `failure`.
+fn status(failure: Failure) -> Status {
+    match failure {
+        Failure::NoGroup(why) | Failure::NotFound(why) => Status::not_found(why),
+        Failure::Denied(why) => Status::permission_denied(why),
+        Failure::Unavailable(why) => Status::unavailable(why),
+        Failure::Exhausted(why) => Status::resource_exhausted(why),
+    }
+}
+
+/// What a stream holds between answers: its hold on the reader, its place among the streams,
+/// its last answer, and whether that answer is still to be sent.
+struct Streaming {
+    follow: Follow,
+    _permit: OwnedSemaphorePermit,
+    active: bool,
+    unsent: bool,
 }
 
 /// `message` as a response, flagged when `reading` is stale.
@@ -88,77 +121,76 @@ impl ExternalScaler for Scaler {
 
     type StreamIsActiveStream = Stream_<IsActiveResponse>;
 
-    /// Sends whether the object is active at once, then each time it changes (read every second)
+    /// Sends whether the object is active at once, then each time it changes (its target read
+    /// every [`Limits::every`], by the one reader every stream and call of the target shares)
     /// until KEDA closes the stream or the server shuts down; an error ends it.
     async fn stream_is_active(
         &self,
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
         let object = request.into_inner();
-        // Bad metadata or an unknown group fail the call itself.
-        let (query, reading) = self.backlog(Some(&object)).await?;
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let backlogs = self.backlogs.clone();
+        // Bad metadata, an unknown group or a full scaler fail the call itself.
+        let query = query(Some(&object))?;
+        let permit = self.streams.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "{} streams are open already, the most this scaler serves",
+                self.limits.streams
+            ))
+        })?;
+        let mut follow = self
+            .readers
+            .follow(&query.target(), true)
+            .map_err(status)?;
+        let first = follow.now().await.map_err(status)?;
+        let start = Streaming {
+            follow,
+            _permit: permit,
+            active: first.records > query.activation,
+            unsent: true,
+        };
         let stopping = self.stopping.clone();
-        tokio::spawn(async move {
-            let mut active = reading.records > query.activation;
-            if tx
-                .send(Ok(IsActiveResponse { result: active }))
-                .await
-                .is_err()
-            {
-                return;
-            }
-            let mut ticks = tokio::time::interval(STREAM_EVERY);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            ticks.tick().await;
-            loop {
-                tokio::select! {
-                    () = tx.closed() => return,
-                    () = stopping.cancelled() => return,
-                    _ = ticks.tick() => {}
+        let answers = futures::stream::unfold(Some(start), move |state| {
+            let stopping = stopping.clone();
+            let group = query.group.clone();
+            let activation = query.activation;
+            async move {
+                let mut state = state?;
+                if state.unsent {
+                    state.unsent = false;
+                    let answer = IsActiveResponse {
+                        result: state.active,
+                    };
+                    return Some((Ok(answer), Some(state)));
                 }
-                let now = match backlogs.read(&query).await {
-                    Ok(reading) => reading.records > query.activation,
-                    Err(Failure::Unavailable(why)) => {
-                        tracing::warn!(group = %query.group, why, "stream: backlog unreadable, keeping the last answer");
-                        continue;
-                    }
-                    Err(Failure::NotFound(why)) => {
-                        let _ = tx.send(Err(Status::not_found(why))).await;
-                        return;
-                    }
-                    Err(Failure::Denied(why)) => {
-                        let _ = tx.send(Err(Status::permission_denied(why))).await;
-                        return;
-                    }
-                };
-                if now != active {
-                    active = now;
-                    if tx
-                        .send(Ok(IsActiveResponse { result: active }))
-                        .await
-                        .is_err()
-                    {
-                        return;
+                loop {
+                    let next = tokio::select! {
+                        () = stopping.cancelled() => return None,
+                        next = state.follow.next() => next?,
+                    };
+                    match next {
+                        Ok(reading) => {
+                            let active = reading.records > activation;
+                            if active != state.active {
+                                state.active = active;
+                                return Some((Ok(IsActiveResponse { result: active }), Some(state)));
+                            }
+                        }
+                        Err(Failure::Unavailable(why)) => {
+                            tracing::warn!(group, why, "stream: backlog unreadable, keeping the last answer");
+                        }
+                        Err(failure) => return Some((Err(status(failure)), None)),
                     }
                 }
             }
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(answers)))
     }
 
     async fn get_metric_spec(
         &self,
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<GetMetricSpecResponse>, Status> {
-        let object = request.get_ref();
-        let query = Query::parse(&object.scaler_metadata).map_err(|why| {
-            Status::invalid_argument(format!(
-                "scaled object {}/{}: {why}",
-                object.namespace, object.name
-            ))
-        })?;
+        let query = query(Some(request.get_ref()))?;
         Ok(Response::new(GetMetricSpecResponse {
             metric_specs: vec![MetricSpec {
                 metric_name: query.metric_name(),
