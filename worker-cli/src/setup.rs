@@ -1,11 +1,23 @@
 //! `share-worker setup`: the route, dead-letter and delay topics, and the group's configs; in
 //! broker dead-letter mode, the dead-letter topic the group names.
+//!
+//! A dead-letter topic is created with `message.timestamp.type = LogAppendTime`: its records carry
+//! the broker's time, so the dashboard's and replay's time filters never see what the writer of
+//! a letter claimed. An existing one is left as it is (its configs are the operator's; librdkafka
+//! can only replace a topic's whole config set), and `setup` says when it keeps the producer's
+//! time, with the command that changes it.
 
 use crate::config::{Config, DlqMode};
 use anyhow::Context;
 use worker_core::kafka::Admin;
+use worker_core::security::Security;
 
 use crate::topics;
+
+/// The topic config that has a topic's records carry the broker's time.
+const TIMESTAMP_TYPE: &str = "message.timestamp.type";
+/// Its value for the broker's time.
+const LOG_APPEND_TIME: &str = "LogAppendTime";
 
 pub(crate) async fn setup(
     config: &Config,
@@ -23,22 +35,36 @@ pub(crate) async fn setup(
         .await
         .with_context(|| format!("connecting to {bootstrap}"))?;
     let existing = topics::existing(bootstrap, &security).await?;
+    let dlq_topics = config.dlq_topics();
     let wanted: Vec<String> = config
         .topics()
         .map(str::to_owned)
-        .chain(config.dlq_topics())
+        .chain(dlq_topics.iter().cloned())
         .chain(config.delay_topics())
         .collect();
     for topic in &wanted {
+        let is_dlq = dlq_topics.contains(topic);
         if let Some(n) = existing.get(topic) {
             println!("topic {topic}: exists ({n} partitions)");
+            if is_dlq {
+                say_if_producer_time(bootstrap, &security, topic).await;
+            }
             continue;
         }
+        let broker_time = [(TIMESTAMP_TYPE, LOG_APPEND_TIME)];
+        let configs: &[(&str, &str)] = if is_dlq { &broker_time } else { &[] };
         admin
-            .create_topic(topic, partitions, replication)
+            .create_topic_with_configs(topic, partitions, replication, configs)
             .await
             .with_context(|| format!("creating topic {topic}"))?;
-        println!("topic {topic}: created ({partitions} partitions, replication {replication})");
+        let more = if is_dlq {
+            format!(", {TIMESTAMP_TYPE}={LOG_APPEND_TIME}")
+        } else {
+            String::new()
+        };
+        println!(
+            "topic {topic}: created ({partitions} partitions, replication {replication}{more})"
+        );
     }
     if config.control.is_some() {
         // Every worker reads every command, in order; the last command of each key is the state.
@@ -91,6 +117,22 @@ pub(crate) async fn setup(
         broker_dlq_topic(&admin, group, &read, partitions, replication).await?;
     }
     Ok(())
+}
+
+/// Says when the existing dead-letter topic `topic` keeps its producers' times: the dashboard's
+/// and replay's time filters then trust whoever writes a letter. A config that cannot be read is
+/// said too; neither stops `setup`.
+async fn say_if_producer_time(bootstrap: &str, security: &Security, topic: &str) {
+    match topics::config(bootstrap, security, topic, TIMESTAMP_TYPE).await {
+        Ok(Some(value)) if value == LOG_APPEND_TIME => {}
+        Ok(value) => println!(
+            "# warning: topic {topic}: {TIMESTAMP_TYPE} is {}, not {LOG_APPEND_TIME}: a letter's time is what its writer claims, and the dashboard's and replay's time filters trust it; setup leaves an existing topic's configs alone: kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config {TIMESTAMP_TYPE}={LOG_APPEND_TIME}",
+            value.as_deref().unwrap_or("not given")
+        ),
+        Err(err) => println!(
+            "# warning: topic {topic}: cannot tell whether its letters carry the broker's time ({TIMESTAMP_TYPE}): {err:#}"
+        ),
+    }
 }
 
 /// Creates `topic` (`what` it is, for the output) with one partition, compacted, unless it

@@ -25,6 +25,7 @@ use crate::progress::Progress;
 use republish::{ReplayError, Replayer};
 use scan::DlqScan;
 pub(crate) use scan::ScanPass;
+pub(crate) use select::BrokerOffsets;
 use select::{Decision, Selection};
 
 /// How many letters may wait between the reader and the replayer.
@@ -56,6 +57,13 @@ pub(crate) struct ReplayArgs {
     /// Print what would be replayed; write nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Replay a broker's letter without the record (Kafka 4.4 with
+    /// `errors.deadletterqueue.copy.record.enable` off) by reading the record its headers point
+    /// at. Only headers say where that is, and anyone who can write the dead-letter topic writes
+    /// them: pass this only if nobody but the brokers may write it. Without it such letters are
+    /// refused.
+    #[arg(long)]
+    follow_broker_offsets: bool,
     /// Deprecated and ignored: a replay reads the topic up to its end as of the start.
     #[arg(long, hide = true, value_parser = crate::parse_duration)]
     idle: Option<Duration>,
@@ -160,7 +168,15 @@ pub(crate) async fn replay(config: &Config, args: &ReplayArgs) -> anyhow::Result
             Action::Replay
         },
     };
-    let tally = execute(config, &request, progress(), |line| println!("{line}")).await?;
+    let broker_offsets = if args.follow_broker_offsets {
+        BrokerOffsets::Followed
+    } else {
+        BrokerOffsets::Refused
+    };
+    let tally = execute_with(config, &request, broker_offsets, progress(), |line| {
+        println!("{line}")
+    })
+    .await?;
     anyhow::ensure!(
         tally.failed == 0,
         "{} dead letters could not be replayed",
@@ -172,10 +188,22 @@ pub(crate) async fn replay(config: &Config, args: &ReplayArgs) -> anyhow::Result
 /// Runs `request`: reads the topic (`progress` sees each pass), decides each letter, and
 /// replays, skips or reports it; `note` gets one line per letter refused or (dry run) selected
 /// and the summary line last. The tally is returned once every write is confirmed or failed; a
-/// failed read is an error after the summary.
+/// failed read is an error after the summary. A broker's letter without the record is refused
+/// (see [`BrokerOffsets`]).
 pub(crate) async fn execute(
     config: &Config,
     request: &Request,
+    progress: impl FnMut(ScanPass, u64, u64) + Send + 'static,
+    note: impl FnMut(String),
+) -> anyhow::Result<Tally> {
+    execute_with(config, request, BrokerOffsets::Refused, progress, note).await
+}
+
+/// [`execute`], with what becomes of a broker's letter without the record.
+pub(crate) async fn execute_with(
+    config: &Config,
+    request: &Request,
+    broker_offsets: BrokerOffsets,
     progress: impl FnMut(ScanPass, u64, u64) + Send + 'static,
     mut note: impl FnMut(String),
 ) -> anyhow::Result<Tally> {
@@ -229,13 +257,18 @@ pub(crate) async fn execute(
         letters: request.letters.as_ref(),
         since_ms: request.since_ms,
         until_ms: request.until_ms,
+        broker_offsets,
     };
     let action = request.action;
     let replayer = match action {
         Action::DryRun => None,
-        Action::Replay | Action::Skip => {
-            Some(Replayer::new(&bootstrap, &security, &client_id, &dlq)?)
-        }
+        Action::Replay | Action::Skip => Some(Replayer::new(
+            &bootstrap,
+            &security,
+            &client_id,
+            &dlq,
+            broker_offsets,
+        )?),
     };
     let (mut letters, scanning) = scan.spawn_letters(QUEUED, progress);
     let limit = request.limit.unwrap_or(u64::MAX);

@@ -6,8 +6,9 @@
 //!
 //! What is republished is the record as the letter holds it. A broker's letter without the record
 //! (KIP-1191 without `errors.deadletterqueue.copy.record.enable`) is replaced by its original,
-//! read from its source topic by offset ([`original`](super::original)); a broker's letter with
-//! the record has its key and value but none of its headers (the broker never copies them).
+//! read from its source topic by offset ([`original`](super::original)), only when the run
+//! follows such pointers ([`BrokerOffsets::Followed`]); a broker's letter with the record has its
+//! key and value but none of its headers (the broker never copies them).
 
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use worker_core::security::{KafkaContext, Security};
 use super::original::OriginalReader;
 use super::provenance::{self, Content};
 use super::scan::{Letter, LetterHeader};
+use super::select::BrokerOffsets;
 use crate::librdkafka;
 
 /// The header counting how often a record was replayed.
@@ -46,6 +48,8 @@ pub(crate) struct Replayer {
     dlq: String,
     /// Reads the originals of broker letters that do not hold their record.
     originals: OriginalReader,
+    /// Whether it may: the selection refuses those letters otherwise, and so does the replayer.
+    broker_offsets: BrokerOffsets,
 }
 
 impl std::fmt::Debug for Replayer {
@@ -57,12 +61,14 @@ impl std::fmt::Debug for Replayer {
 }
 
 impl Replayer {
-    /// A replayer for the letters of `dlq`, connecting as `security` says.
+    /// A replayer for the letters of `dlq`, connecting as `security` says; `broker_offsets`: whether
+    /// a broker's letter without the record is replaced by the record its headers point at.
     pub(crate) fn new(
         bootstrap: &str,
         security: &Security,
         client_id: &str,
         dlq: &str,
+        broker_offsets: BrokerOffsets,
     ) -> anyhow::Result<Self> {
         let timeout = WRITE_TIMEOUT.as_millis().to_string();
         let (producer, context) = librdkafka::producer(
@@ -81,6 +87,7 @@ impl Replayer {
             context,
             dlq: dlq.to_owned(),
             originals: OriginalReader::new(bootstrap, security, client_id)?,
+            broker_offsets,
         })
     }
 
@@ -93,6 +100,11 @@ impl Replayer {
         let provenance = letter.provenance();
         let original;
         let (key, value, record_headers) = if provenance.content == Content::HeadersOnly {
+            if self.broker_offsets == BrokerOffsets::Refused {
+                return Err(ReplayError::Republish(anyhow::anyhow!(
+                    "{at}: a broker's letter without the record, and this run does not follow the offsets such letters name"
+                )));
+            }
             let Some((topic, partition, offset)) = provenance.source() else {
                 return Err(ReplayError::Republish(anyhow::anyhow!(
                     "{at}: a broker's letter without the record names no source to read it from"

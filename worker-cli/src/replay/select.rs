@@ -6,6 +6,13 @@
 //! topics and, for a broker's letter, its `__dlq.errors.group` is the configured group. `--to`
 //! changes where such a letter goes, never which letters may go: otherwise a forged broker
 //! letter naming any topic, partition and offset would have the operator copy that record.
+//!
+//! A broker's letter is known only by its headers: nothing in it proves that the broker wrote
+//! it. One with the record is replayed as what it holds, like a worker's letter. One without the
+//! record holds nothing but a pointer (`__dlq.errors.topic`, `.partition`, `.offset`), and
+//! following it would replay whatever record is there, one handled long ago among them: such a
+//! letter is refused unless the operator says that only the brokers write the dead-letter topic
+//! ([`BrokerOffsets::Followed`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -33,6 +40,19 @@ pub(crate) struct Selection<'a> {
     pub(crate) routes: &'a [String],
     /// The configured share group: a broker's letter must name it.
     pub(crate) group: &'a str,
+    /// Whether a broker's letter without its record is replayed by reading its original.
+    pub(crate) broker_offsets: BrokerOffsets,
+}
+
+/// What becomes of a broker's letter that holds no record, only the offset of its original.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum BrokerOffsets {
+    /// Refused: the offset is a header, which anyone who can write the dead-letter topic writes.
+    #[default]
+    Refused,
+    /// The original is read at that offset and replayed: the operator says that nobody but the
+    /// brokers writes the dead-letter topic (`--follow-broker-offsets`).
+    Followed,
 }
 
 /// What to do with one letter.
@@ -67,6 +87,9 @@ pub(crate) enum Refusal {
     OtherGroup { named: Option<String> },
     /// A broker's letter without the record, whose source it does not name readably.
     NoSource,
+    /// A broker's letter without the record, pointing at `original` (`topic/partition@offset`),
+    /// while [`BrokerOffsets::Refused`].
+    UnprovenOffset { original: String },
 }
 
 impl Selection<'_> {
@@ -118,7 +141,7 @@ impl Selection<'_> {
         if provenance.content == Content::HeadersOnly && provenance.source().is_none() {
             return Decision::Refused(Refusal::NoSource);
         }
-        let Some(named) = provenance.topic else {
+        let Some(named) = &provenance.topic else {
             return Decision::Refused(if provenance.writer == Writer::Broker {
                 Refusal::NoSource
             } else {
@@ -135,6 +158,14 @@ impl Selection<'_> {
                 named: named.shown(),
             });
         };
+        if provenance.content == Content::HeadersOnly
+            && self.broker_offsets == BrokerOffsets::Refused
+            && let Some((topic, partition, offset)) = provenance.source()
+        {
+            return Decision::Refused(Refusal::UnprovenOffset {
+                original: format!("{topic}/{partition}@{offset}"),
+            });
+        }
         Decision::Replay {
             target: self.to.unwrap_or(route.as_str()).to_owned(),
         }
@@ -181,6 +212,13 @@ impl fmt::Display for Refusal {
             Refusal::NoSource => write!(
                 f,
                 "a broker's letter without the record (errors.deadletterqueue.copy.record.enable off), and its {}, {} and {} do not name where the record is",
+                headers::BROKER_TOPIC,
+                headers::BROKER_PARTITION,
+                headers::BROKER_OFFSET
+            ),
+            Refusal::UnprovenOffset { original } => write!(
+                f,
+                "a broker's letter without the record: its {}, {} and {} point at {original}, but only headers say so, and anyone who can write the dead-letter topic writes them; replaying would copy whatever record is there, one already handled among them. Pass --follow-broker-offsets only if nobody but the brokers may write the dead-letter topic",
                 headers::BROKER_TOPIC,
                 headers::BROKER_PARTITION,
                 headers::BROKER_OFFSET
@@ -341,6 +379,11 @@ mod tests {
             to: None,
             routes: &routes,
             group: "g",
+            broker_offsets: BrokerOffsets::Refused,
+        };
+        let follow = Selection {
+            broker_offsets: BrokerOffsets::Followed,
+            ..any
         };
         let rejects = Selection {
             reason: Some("broker_rejected"),
@@ -348,7 +391,7 @@ mod tests {
         };
         let limits = Selection {
             reason: Some("broker_delivery_limit"),
-            ..any
+            ..follow
         };
         let ours = Selection {
             reason: Some("rejected"),
@@ -376,7 +419,22 @@ mod tests {
         }
         let table: &[(&Selection<'_>, &Letter, Decision)] = &[
             (&any, &rejected, replay("sms")),
-            (&any, &headers_only, replay("sms")),
+            // Without the record, the letter is only a pointer: followed when the operator says.
+            (
+                &any,
+                &headers_only,
+                Decision::Refused(Refusal::UnprovenOffset {
+                    original: "sms/0@5".into(),
+                }),
+            ),
+            (
+                &to_sms,
+                &headers_only,
+                Decision::Refused(Refusal::UnprovenOffset {
+                    original: "sms/0@5".into(),
+                }),
+            ),
+            (&follow, &headers_only, replay("sms")),
             (&rejects, &rejected, replay("sms")),
             (&rejects, &over_limit, Decision::OtherReason),
             (&limits, &over_limit, replay("sms")),
@@ -390,6 +448,7 @@ mod tests {
                 }),
             ),
             (&any, &sourceless, Decision::Refused(Refusal::NoSource)),
+            (&follow, &sourceless, Decision::Refused(Refusal::NoSource)),
             (&to_sms, &sourceless, Decision::Refused(Refusal::NoSource)),
             // A forged pointer at another topic's record is not followed, whatever `--to` says.
             (

@@ -606,8 +606,37 @@ async fn replay_takes_broker_letters_with_the_record_or_reads_it_by_offset() {
         text(&out.stdout)
     );
 
-    for cfg in &configs {
-        let out = share_worker(&["dlq", "replay", "--config", cfg, "--topic", &dlq], &[]).await;
+    // The letter without the record is only a pointer: followed when the operator says so.
+    let out = share_worker(
+        &["dlq", "replay", "--config", &configs[1], "--topic", &dlq],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "a replay that does not follow offsets");
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("replayed 0, skipped 0")
+            && stdout.contains("refused 2")
+            && stdout.contains(&format!(
+                "a broker's letter without the record: its __dlq.errors.topic, __dlq.errors.partition and __dlq.errors.offset point at {topic}/0@1"
+            )),
+        "{stdout}"
+    );
+    assert_eq!(
+        records_at(&bootstrap, &topic).await.len(),
+        2,
+        "nothing replayed"
+    );
+    for (cfg, extra) in [
+        (&configs[0], None),
+        (&configs[1], Some("--follow-broker-offsets")),
+    ] {
+        let args = [
+            &["dlq", "replay", "--config", cfg, "--topic", &dlq][..],
+            extra.as_slice(),
+        ]
+        .concat();
+        let out = share_worker(&args, &[]).await;
         assert_ok(&out, "replay");
         assert!(
             text(&out.stdout).contains("replayed 1, skipped 0"),
@@ -696,6 +725,7 @@ async fn replay_fails_clearly_when_retention_took_a_broker_letters_original() {
             cfg.to_str().unwrap(),
             "--topic",
             &dlq,
+            "--follow-broker-offsets",
         ],
         &[],
     )

@@ -640,3 +640,179 @@ async fn a_back_dated_record_is_listed_by_the_time_it_was_dead_lettered() {
         "the letter is not listed under since=1h:\n{page}"
     );
 }
+
+/// A broker's letter without the record is only headers: anyone who can write the DLQ writes one
+/// naming a record of a route that was handled long ago, in the configured group. Following its
+/// offset would replay that record a second time, so it is refused, and nothing is written,
+/// unless the operator says that only the brokers write the DLQ (`--follow-broker-offsets`).
+#[tokio::test]
+async fn a_header_only_broker_letter_is_not_followed_to_its_offset() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-replay-headers-only");
+    let group = unique("cli-replay-headers-only-group");
+    let cfg = setup(&scratch, "worker.toml", &group, &topic, 1).await;
+    // A job of the route, handled long ago: the forged letter points at it.
+    let job = Forged {
+        partition: 0,
+        value: "paid-once",
+        headers: vec![("h", b"1")],
+    };
+    let handled = forge(&topic, &[job]).await[0];
+    let handled_offset = handled.1.to_string();
+    let dlq = format!("{topic}.dlq");
+    let forged = forge(&dlq, &[broker_letter(&topic, &handled_offset, &group)]).await[0];
+    let dlq_before = records(&dlq).await;
+
+    let refusal = format!(
+        "refused {dlq}/{}@{}: a broker's letter without the record",
+        forged.0, forged.1
+    );
+    for (args, verb) in [(&["--dry-run"][..], "would replay"), (&[], "replayed")] {
+        let stdout = replay(&cfg, &dlq, args, &summary(verb, 0, 0, 0, 1, 0)).await;
+        assert!(
+            stdout.contains(&refusal),
+            "{args:?}: no {refusal:?} in:\n{stdout}"
+        );
+        assert!(
+            stdout.contains(&format!("{topic}/0@{handled_offset}"))
+                && stdout.contains("--follow-broker-offsets"),
+            "{args:?}: the refusal names the record it points at and how to follow it:\n{stdout}"
+        );
+        assert_eq!(records(&topic).await.len(), 1, "{args:?} copied the record");
+        assert_eq!(records(&dlq).await, dlq_before, "{args:?} wrote to {dlq}");
+    }
+
+    // Said by the operator, the pointer is followed: the original, read by offset, is replayed.
+    replay(
+        &cfg,
+        &dlq,
+        &["--follow-broker-offsets"],
+        &summary("replayed", 1, 0, 0, 0, 0),
+    )
+    .await;
+    let all = records(&topic).await;
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(all[1].value_text(), "paid-once");
+    assert_eq!(
+        all[1].header("h"),
+        Some(&b"1"[..]),
+        "read by offset, headers and all"
+    );
+    assert_eq!(all[1].header("share.replay.count"), Some(&b"1"[..]));
+}
+
+/// `setup` creates the dead-letter topic with `message.timestamp.type = LogAppendTime`, so a
+/// letter's time is the broker's, whatever its writer claims: a letter forged two days old is
+/// listed by when it was appended. An existing dead-letter topic with the producer's time is
+/// left as it is, and `setup` says so with the command that changes it.
+#[tokio::test]
+async fn setup_gives_the_dead_letter_topic_the_brokers_time() {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+
+    let scratch = Scratch::new();
+    let topic = unique("cli-replay-append-time");
+    setup(
+        &scratch,
+        "worker.toml",
+        &unique("cli-replay-append-time-group"),
+        &topic,
+        1,
+    )
+    .await;
+    let dlq = format!("{topic}.dlq");
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .expect("an admin client");
+    let timestamp_type = async |topic: &str| {
+        let described = admin
+            .describe_configs(
+                [&ResourceSpecifier::Topic(topic)],
+                &AdminOptions::new().request_timeout(Some(Duration::from_secs(30))),
+            )
+            .await
+            .expect("describing the topic's configs");
+        let resource = described[0].as_ref().expect("the topic's configs");
+        resource
+            .get("message.timestamp.type")
+            .and_then(|e| e.value.clone())
+            .expect("message.timestamp.type")
+    };
+    assert_eq!(timestamp_type(&dlq).await, "LogAppendTime");
+    assert_eq!(
+        timestamp_type(&topic).await,
+        "CreateTime",
+        "route topics keep the producer's time"
+    );
+
+    let two_days_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_millis() as i64
+        - 2 * 24 * 3_600_000;
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .expect("a producer");
+    producer
+        .send(
+            FutureRecord::<str, str>::to(&dlq)
+                .payload("forged-old")
+                .headers(OwnedHeaders::new().insert(Header {
+                    key: headers::TOPIC,
+                    value: Some(topic.as_bytes()),
+                }))
+                .timestamp(two_days_ago),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap_or_else(|(err, _)| panic!("producing: {err}"));
+    let letters = records(&dlq).await;
+    assert_eq!(letters.len(), 1);
+    let at = letters[0].timestamp.expect("a timestamp");
+    assert!(
+        at > two_days_ago + 24 * 3_600_000,
+        "the letter shows its writer's time {at}, not the broker's"
+    );
+    // A dead-letter topic that exists with the producer's time is not changed, and said.
+    let other = unique("cli-replay-create-time");
+    let other_dlq = format!("{other}.dlq");
+    tests::create_topic(&other_dlq, 1)
+        .await
+        .expect("creating the dead-letter topic");
+    let cfg = scratch.write(
+        "other.toml",
+        &config(
+            &unique("cli-replay-create-time-group"),
+            &other,
+            "handler = \"noop\"",
+        ),
+    );
+    let out = share_worker(
+        &[
+            "setup",
+            "--config",
+            cfg.to_str().expect("utf-8 path"),
+            "--partitions",
+            "1",
+        ],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "setup over an existing dead-letter topic");
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "# warning: topic {other_dlq}: message.timestamp.type is CreateTime, not LogAppendTime"
+        )) && stdout.contains(&format!(
+            "kafka-configs.sh --alter --entity-type topics --entity-name {other_dlq} --add-config message.timestamp.type=LogAppendTime"
+        )),
+        "{stdout}"
+    );
+    assert_eq!(
+        timestamp_type(&other_dlq).await,
+        "CreateTime",
+        "setup changed it"
+    );
+}
