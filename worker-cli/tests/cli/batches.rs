@@ -283,3 +283,269 @@ async fn a_batch_whose_identities_pass_a_header_limit_goes_as_several_requests()
         requests.len()
     );
 }
+
+/// One request a scripted bulk endpoint received.
+#[derive(Clone, Debug)]
+struct BulkRequest {
+    path: String,
+    /// `x-share-topic`.
+    topic: String,
+    /// `x-share-records`, split at the commas.
+    records: Vec<String>,
+    /// The body's items (a JSON array).
+    items: Vec<serde_json::Value>,
+}
+
+/// Answers each request with what `answer` makes of it (status line, JSON body) and keeps every
+/// request in `seen`.
+async fn scripted_endpoint(
+    listener: TcpListener,
+    seen: Arc<Mutex<Vec<BulkRequest>>>,
+    answer: fn(&BulkRequest) -> (&'static str, serde_json::Value),
+) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            return;
+        };
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            let mut buffer = Vec::new();
+            while let Some((head, body)) = read_request(&mut stream, &mut buffer).await {
+                let header = |name: &str| {
+                    head.lines()
+                        .find_map(|l| l.strip_prefix(name))
+                        .map(|v| v.trim().to_owned())
+                        .unwrap_or_default()
+                };
+                let request = BulkRequest {
+                    path: head.split_whitespace().nth(1).unwrap_or("").to_owned(),
+                    topic: header("x-share-topic:"),
+                    records: header("x-share-records:")
+                        .split(',')
+                        .filter(|r| !r.is_empty())
+                        .map(str::to_owned)
+                        .collect(),
+                    items: serde_json::from_slice(&body).expect("a JSON array"),
+                };
+                let (status, answer) = answer(&request);
+                seen.lock().unwrap().push(request);
+                let answer = answer.to_string();
+                let response = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}",
+                    answer.len()
+                );
+                if stream.write_all(response.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// The `n` of each item of `request`.
+fn numbers(request: &BulkRequest) -> Vec<i64> {
+    request
+        .items
+        .iter()
+        .map(|item| item["n"].as_i64().unwrap_or(-1))
+        .collect()
+}
+
+/// The dead letters of `topic`: each one's payload `n` and its `share.dlq.error`.
+async fn letters(topic: &str) -> HashMap<i64, String> {
+    records(&format!("{topic}.dlq"))
+        .await
+        .iter()
+        .map(|letter| {
+            let item: serde_json::Value =
+                serde_json::from_str(&letter.value_text()).expect("a JSON payload");
+            let error = letter
+                .header("share.dlq.error")
+                .map(text)
+                .unwrap_or_default();
+            (item["n"].as_i64().unwrap_or(-1), error)
+        })
+        .collect()
+}
+
+/// Six records produced to wait 3 s (they move to the route's delay topic and come back from
+/// it) and six produced fresh fill one batch of twelve: the batch goes as one request per
+/// topic, each naming the topic of every record it carries (the delayed ones by where they were
+/// delivered from, the delay topic), and each record gets the result the endpoint gave it —
+/// "ok" for an even `n`, "reject" for an odd one.
+#[tokio::test]
+async fn a_batch_of_fresh_and_delayed_records_names_each_record_s_topic() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-batch-mixed");
+    let group = unique("cli-batch-mixed-group");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/bulk", listener.local_addr().expect("address"));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    tokio::spawn(scripted_endpoint(listener, seen.clone(), |request| {
+        let results: Vec<serde_json::Value> = numbers(request)
+            .iter()
+            .map(|n| match n % 2 {
+                0 => serde_json::json!({"status": "ok"}),
+                _ => serde_json::json!({"status": "reject", "reason": format!("item {n} refused")}),
+            })
+            .collect();
+        ("200 OK", serde_json::json!({ "results": results }))
+    }));
+    // The batch is sent when its twelve records have joined it: the fresh ones wait in it for
+    // the delayed ones (3 s), well within the linger.
+    let route =
+        format!("handler = \"http\"\nurl = \"{url}\"\nbatch = {{ max = 12, linger = \"20s\" }}");
+    let text = format!(
+        "{}\n[delay]\nmax-hold = \"1s\"\n",
+        config(&group, &topic, &route).replace("concurrency = 8", "concurrency = 40")
+    );
+    let cfg = scratch.write("worker.toml", &text);
+    let cfg = cfg.to_str().expect("utf-8 path");
+    let delayed: Vec<String> = (0..6)
+        .map(|n| format!("{{\"n\": {n}, \"delayed\": true}}"))
+        .collect();
+    let delayed: Vec<&str> = delayed.iter().map(String::as_str).collect();
+    setup_and_produce(&scratch, cfg, &topic, 1, &delayed, &["--delay", "3s"]).await;
+    let fresh: Vec<String> = (100..106)
+        .map(|n| format!("{{\"n\": {n}, \"delayed\": false}}"))
+        .collect();
+    let fresh: Vec<&str> = fresh.iter().map(String::as_str).collect();
+    setup_and_produce(&scratch, cfg, &topic, 1, &fresh, &[]).await;
+
+    let stats = run_until_idle(&scratch, cfg).await;
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(
+        count(&stats, "batches"),
+        1,
+        "the fresh and the delayed records share one batch: {stats} {requests:?}"
+    );
+    assert!(
+        count(&stats, "moved") >= 6,
+        "waited in the delay topic: {stats}"
+    );
+    let delay_topic = format!("{topic}.delay");
+    let mut identities = std::collections::HashSet::new();
+    for request in &requests {
+        assert_eq!(request.records.len(), request.items.len(), "{request:?}");
+        for item in &request.items {
+            let expected = if item["delayed"] == true {
+                &delay_topic
+            } else {
+                &topic
+            };
+            assert_eq!(
+                &request.topic, expected,
+                "a request names the topic of every record it carries: {request:?}"
+            );
+        }
+        for record in &request.records {
+            let (partition, offset) = record.split_once('-').expect("partition-offset");
+            assert!(
+                partition.parse::<i32>().is_ok() && offset.parse::<i64>().is_ok(),
+                "{record}"
+            );
+            assert!(
+                identities.insert((request.topic.clone(), record.clone())),
+                "{} {record} named twice: {requests:?}",
+                request.topic
+            );
+        }
+    }
+    assert_eq!(requests.len(), 2, "one request per topic: {requests:?}");
+    let mut sent: Vec<i64> = requests.iter().flat_map(numbers).collect();
+    sent.sort_unstable();
+    let expected: Vec<i64> = (0..6).chain(100..106).collect();
+    assert_eq!(sent, expected, "every record was sent once");
+
+    assert_eq!(count(&stats, "accepted"), 6, "the even items: {stats}");
+    assert_eq!(count(&stats, "dlq"), 6, "the odd items: {stats}");
+    let letters = letters(&topic).await;
+    let mut rejected: Vec<i64> = letters.keys().copied().collect();
+    rejected.sort_unstable();
+    assert_eq!(rejected, vec![1, 3, 5, 101, 103, 105], "{letters:?}");
+    for (n, error) in &letters {
+        assert_eq!(error, &format!("the endpoint: item {n} refused"));
+    }
+}
+
+/// Per-item statuses the batch protocol does not define (a number, an unknown word, none at
+/// all) in a 299 answer dead-letter their items alone, on the first attempt, with a reason naming
+/// what the endpoint said; the items answered "ok" beside them are taken once. An HTTP status
+/// HTTP does not define (777) rejects every record of its request, naming the status.
+#[tokio::test]
+async fn a_status_the_protocol_does_not_define_dead_letters_with_the_status_named() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-batch-made-up");
+    let other = unique("cli-batch-777");
+    let group = unique("cli-batch-made-up-group");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    tokio::spawn(scripted_endpoint(listener, seen.clone(), |request| {
+        if request.path == "/made-up" {
+            return ("777 Made Up", serde_json::json!({}));
+        }
+        let results: Vec<serde_json::Value> = numbers(request)
+            .iter()
+            .map(|n| match n % 4 {
+                0 => serde_json::json!({"status": "ok"}),
+                1 => serde_json::json!({"status": 777}),
+                2 => serde_json::json!({"status": "done"}),
+                _ => serde_json::json!({"state": "ok"}),
+            })
+            .collect();
+        ("299 Made Up", serde_json::json!({ "results": results }))
+    }));
+    let route = |path: &str| {
+        format!(
+            "handler = \"http\"\nurl = \"http://{address}{path}\"\nbatch = {{ max = 12, linger = \"200ms\" }}"
+        )
+    };
+    let text = config(&group, &topic, &route("/bulk"))
+        .replace("[retry]", "[retry]\nmax-attempts = 3")
+        .replace("concurrency = 8", "concurrency = 24")
+        + &format!("\n[[route]]\ntopic = \"{other}\"\n{}\n", route("/made-up"));
+    let cfg = scratch.write("worker.toml", &text);
+    let cfg = cfg.to_str().expect("utf-8 path");
+    let items: Vec<String> = (0..12).map(|n| format!("{{\"n\": {n}}}")).collect();
+    let items: Vec<&str> = items.iter().map(String::as_str).collect();
+    setup_and_produce(&scratch, cfg, &topic, 1, &items, &[]).await;
+    let others: Vec<String> = (100..103).map(|n| format!("{{\"n\": {n}}}")).collect();
+    let others: Vec<&str> = others.iter().map(String::as_str).collect();
+    setup_and_produce(&scratch, cfg, &other, 1, &others, &[]).await;
+
+    let stats = run_until_idle(&scratch, cfg).await;
+    let requests = seen.lock().unwrap().clone();
+    let mut sent: Vec<i64> = requests.iter().flat_map(numbers).collect();
+    sent.sort_unstable();
+    let expected: Vec<i64> = (0..12).chain(100..103).collect();
+    assert_eq!(sent, expected, "every item was sent once, none retried");
+    assert_eq!(
+        count(&stats, "accepted"),
+        3,
+        "the items answered ok: {stats}"
+    );
+    assert_eq!(count(&stats, "dlq"), 12, "{stats}");
+
+    let letters_of_topic = letters(&topic).await;
+    let mut rejected: Vec<i64> = letters_of_topic.keys().copied().collect();
+    rejected.sort_unstable();
+    assert_eq!(
+        rejected,
+        (0..12).filter(|n| n % 4 != 0).collect::<Vec<_>>(),
+        "{letters_of_topic:?}"
+    );
+    for (n, error) in &letters_of_topic {
+        let named = match n % 4 {
+            1 => "the endpoint answered status 777, which the batch protocol does not define",
+            2 => r#"the endpoint answered status "done", which the batch protocol does not define"#,
+            _ => "the endpoint's result has no status",
+        };
+        assert!(error.starts_with(named), "item {n}: {error}");
+    }
+    let letters_of_other = letters(&other).await;
+    assert_eq!(letters_of_other.len(), 3, "{letters_of_other:?}");
+    for error in letters_of_other.values() {
+        assert_eq!(error, "HTTP 777 <unknown status code>");
+    }
+}
