@@ -3,17 +3,21 @@
 //!
 //! The request body is a JSON array of the payloads (`format = "json"`) or one payload per line
 //! (`"ndjson"`); each payload must be one JSON value (a record whose payload is not is rejected
-//! without being sent). Headers: `X-Share-Topic`, `X-Share-Batch-Size` and `X-Share-Records`
-//! (`partition-offset` of each record, in body order: each item's identity for deduplication).
-//! A batch whose `X-Share-Records` would pass [`MAX_RECORDS_HEADER_BYTES`] goes as several
-//! requests, one after another, each answered on its own.
+//! without being sent). A request carries records of one topic: a batch mixing records of the
+//! route's topic and of its delay topic goes as one request per topic. Headers: `X-Share-Topic`
+//! (the topic every record of the request was delivered from), `X-Share-Batch-Size` and
+//! `X-Share-Records` (`partition-offset` of each record, in body order: with the topic, each
+//! item's identity for deduplication). A topic's records whose `X-Share-Records` would pass
+//! [`MAX_RECORDS_HEADER_BYTES`] go as several requests. The requests go one after another, each
+//! answered on its own.
 //!
 //! A 2xx answer must be `{"results": [{"status": "ok" | "retry" | "reject", "reason": "…",
 //! "retry_after": seconds}, …]}` with one result per record sent, in order (`reason` and
-//! `retry_after` optional, other fields ignored). Any other status is the outcome of every record
-//! of the batch, as for single requests (429 and 5xx retry, honouring `Retry-After`); an answer
-//! that does not parse, is larger than its bound, or has a missing or extra result retries every
-//! record of the batch, saying why.
+//! `retry_after` optional, other fields ignored). A result whose status is none of the three (a
+//! number, another word, none) rejects its record, naming what the endpoint said. Any other
+//! HTTP status is the outcome of every record of the request, as for single requests (429 and
+//! 5xx retry, honouring `Retry-After`); an answer that does not parse, is larger than its bound,
+//! or has a missing or extra result retries every record of the request, saying why.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -45,26 +49,11 @@ pub(crate) struct HttpBatch {
     format: BatchFormat,
 }
 
+/// A 2xx answer: one result per record, each read on its own ([`outcome`]), so that one
+/// result outside the protocol costs its record only.
 #[derive(Debug, Deserialize)]
 struct Answer {
-    results: Vec<ItemResult>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ItemResult {
-    status: Status,
-    #[serde(default)]
-    reason: Option<String>,
-    #[serde(default)]
-    retry_after: Option<f64>,
-}
-
-#[derive(Debug, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-enum Status {
-    Ok,
-    Retry,
-    Reject,
+    results: Vec<serde_json::Value>,
 }
 
 impl HttpBatch {
@@ -75,8 +64,8 @@ impl HttpBatch {
         }
     }
 
-    /// Sends `jobs` in one request (or several: [`MAX_RECORDS_HEADER_BYTES`]); one outcome per
-    /// job, in order.
+    /// Sends `jobs` in one request per topic (or several: [`MAX_RECORDS_HEADER_BYTES`]); one
+    /// outcome per job, in order.
     pub(crate) async fn handle(&self, jobs: &[Job]) -> Vec<Outcome> {
         let mut outcomes: Vec<Option<Outcome>> = vec![None; jobs.len()];
         let mut items = Vec::with_capacity(jobs.len());
@@ -91,7 +80,7 @@ impl HttpBatch {
             }
         }
         if !sent.is_empty() {
-            let answered = self.send(jobs, &sent, &items).await;
+            let answered = self.send(jobs, &sent, items).await;
             for (index, outcome) in sent.into_iter().zip(answered) {
                 outcomes[index] = Some(outcome);
             }
@@ -102,28 +91,42 @@ impl HttpBatch {
             .collect()
     }
 
-    /// Sends the records `sent` (indices into `jobs`) with their payloads `items`, in as many
-    /// requests, one after another, as keep each `X-Share-Records` header within its bound; one
-    /// outcome per record sent.
+    /// Sends the records `sent` (indices into `jobs`) with their payloads `items`: one topic's
+    /// records per request, in as many requests, one after another, as keep each
+    /// `X-Share-Records` header within its bound; one outcome per record sent, in the order of
+    /// `sent`.
     async fn send(
         &self,
         jobs: &[Job],
         sent: &[usize],
-        items: &[serde_json::Value],
+        items: Vec<serde_json::Value>,
     ) -> Vec<Outcome> {
-        let topic = jobs.first().map_or("", |job| job.topic());
-        let ids: Vec<String> = sent
-            .iter()
-            .map(|index| {
-                let id = jobs[*index].id();
-                format!("{}-{}", id.partition, id.offset)
-            })
-            .collect();
-        let mut outcomes = Vec::with_capacity(sent.len());
-        for part in header_parts(&ids, MAX_RECORDS_HEADER_BYTES) {
-            outcomes.extend(self.request(topic, &ids[part.clone()], &items[part]).await);
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; sent.len()];
+        let mut items: Vec<Option<serde_json::Value>> = items.into_iter().map(Some).collect();
+        for (topic, members) in by_topic(jobs, sent) {
+            let ids: Vec<String> = members
+                .iter()
+                .map(|member| {
+                    let id = jobs[sent[*member]].id();
+                    format!("{}-{}", id.partition, id.offset)
+                })
+                .collect();
+            for part in header_parts(&ids, MAX_RECORDS_HEADER_BYTES) {
+                let carried = &members[part.clone()];
+                let payloads: Vec<serde_json::Value> = carried
+                    .iter()
+                    .filter_map(|member| items[*member].take())
+                    .collect();
+                let answered = self.request(topic, &ids[part], &payloads).await;
+                for (member, outcome) in carried.iter().zip(answered) {
+                    outcomes[*member] = Some(outcome);
+                }
+            }
         }
         outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| Outcome::retry("no result for this record")))
+            .collect()
     }
 
     /// One request carrying the records `ids` of `topic` with their payloads `items`; one
@@ -180,6 +183,22 @@ impl HttpBatch {
     }
 }
 
+/// The records `sent` (indices into `jobs`) grouped by the topic they were delivered from, in
+/// the order each topic first appears: each group's members are positions in `sent`, in order.
+/// A route's batch mixes its topic's records with those back from its delay topic, and a
+/// request names one topic for all its records.
+fn by_topic<'a>(jobs: &'a [Job], sent: &[usize]) -> Vec<(&'a str, Vec<usize>)> {
+    let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (member, index) in sent.iter().enumerate() {
+        let topic = jobs[*index].topic();
+        match groups.iter_mut().find(|(t, _)| *t == topic) {
+            Some((_, members)) => members.push(member),
+            None => groups.push((topic, vec![member])),
+        }
+    }
+    groups
+}
+
 /// Consecutive parts of `ids` whose comma-joined length stays within `limit` bytes (an id longer
 /// than `limit` alone in its part).
 fn header_parts(ids: &[String], limit: usize) -> Vec<Range<usize>> {
@@ -232,7 +251,8 @@ async fn read_bounded(mut response: reqwest::Response, limit: usize) -> Result<V
 
 /// One outcome per record from a 2xx answer, or why the answer does not give them.
 fn outcomes_of(answer: &[u8], count: usize) -> Result<Vec<Outcome>, String> {
-    // The parser's message may quote the endpoint's bytes (an unknown status): cut, on one line.
+    // The parser's message may quote the endpoint's bytes (`invalid type: string "…"`): cut, on
+    // one line.
     let answer: Answer = serde_json::from_slice(answer).map_err(|err| {
         let err = err.to_string();
         format!(
@@ -249,25 +269,48 @@ fn outcomes_of(answer: &[u8], count: usize) -> Result<Vec<Outcome>, String> {
     Ok(answer.results.into_iter().map(outcome).collect())
 }
 
-fn outcome(result: ItemResult) -> Outcome {
-    let reason = |default: &str| {
-        result.reason.as_deref().map_or_else(
-            || default.to_owned(),
-            |r| {
-                format!(
-                    "the endpoint: {}",
-                    one_line(first_chars(r, MAX_REASON_CHARS))
-                )
-            },
-        )
+/// The outcome the endpoint gave one record: its result's `status` (`ok`, `retry`, `reject`),
+/// with its `reason` (a string) and `retry_after` (seconds) when it has them. A result whose
+/// status is none of the three rejects the record, the reason quoting what it said (as JSON, cut,
+/// on one line): a guess at what the endpoint meant could accept a record never delivered, and
+/// a retry would ask again a question the endpoint does not answer.
+fn outcome(result: serde_json::Value) -> Outcome {
+    let quoted = |value: &serde_json::Value| {
+        let json = value.to_string();
+        let kept = first_chars(&json, MAX_REASON_CHARS);
+        let cut = if kept.len() < json.len() { "…" } else { "" };
+        format!("{}{cut}", one_line(kept))
     };
-    match result.status {
-        Status::Ok => Outcome::Accept,
-        Status::Reject => Outcome::reject(reason("the endpoint rejected the record")),
-        Status::Retry => {
+    let serde_json::Value::Object(result) = result else {
+        return Outcome::reject(format!(
+            "the endpoint's result is not an object: {}",
+            quoted(&result)
+        ));
+    };
+    let reason = |default: &str| {
+        result
+            .get("reason")
+            .and_then(serde_json::Value::as_str)
+            .map_or_else(
+                || default.to_owned(),
+                |r| {
+                    format!(
+                        "the endpoint: {}",
+                        one_line(first_chars(r, MAX_REASON_CHARS))
+                    )
+                },
+            )
+    };
+    match result.get("status") {
+        Some(serde_json::Value::String(status)) if status == "ok" => Outcome::Accept,
+        Some(serde_json::Value::String(status)) if status == "reject" => {
+            Outcome::reject(reason("the endpoint rejected the record"))
+        }
+        Some(serde_json::Value::String(status)) if status == "retry" => {
             let reason = reason("the endpoint asked for a retry");
             match result
-                .retry_after
+                .get("retry_after")
+                .and_then(serde_json::Value::as_f64)
                 .filter(|s| s.is_finite() && *s >= 0.0)
                 .map(|s| Duration::from_secs_f64(s.min(MAX_RETRY_AFTER.as_secs_f64())))
             {
@@ -275,6 +318,11 @@ fn outcome(result: ItemResult) -> Outcome {
                 None => Outcome::retry(reason),
             }
         }
+        Some(status) => Outcome::reject(format!(
+            "the endpoint answered status {}, which the batch protocol does not define (ok, retry, reject)",
+            quoted(status)
+        )),
+        None => Outcome::reject("the endpoint's result has no status (ok, retry, reject)"),
     }
 }
 
@@ -289,9 +337,10 @@ mod tests {
             {"status": "retry", "reason": "mailbox full", "retry_after": 2.5},
             {"status": "reject", "reason": "no such\naddress", "extra": 1},
             {"status": "retry"},
-            {"status": "retry", "retry_after": 1e300}
+            {"status": "retry", "retry_after": 1e300},
+            {"status": "retry", "reason": 7, "retry_after": "30"}
         ], "request_id": "abc"}"#;
-        let outcomes = outcomes_of(answer, 5).unwrap();
+        let outcomes = outcomes_of(answer, 6).unwrap();
         assert_eq!(
             outcomes,
             vec![
@@ -300,6 +349,7 @@ mod tests {
                 Outcome::reject("the endpoint: no such\\naddress"),
                 Outcome::retry("the endpoint asked for a retry"),
                 Outcome::retry_after(MAX_RETRY_AFTER, "the endpoint asked for a retry"),
+                Outcome::retry("the endpoint asked for a retry"),
             ]
         );
     }
@@ -316,10 +366,10 @@ mod tests {
             not_json.starts_with(r#"the batch answer is not {"results": [...]}"#),
             "{not_json}"
         );
-        let bad_status = outcomes_of(br#"{"results": [{"status": "done"}]}"#, 1).unwrap_err();
+        let no_array = outcomes_of(br#"{"results": "ok"}"#, 1).unwrap_err();
         assert!(
-            bad_status.contains("unknown variant `done`"),
-            "{bad_status}"
+            no_array.starts_with(r#"the batch answer is not {"results": [...]}"#),
+            "{no_array}"
         );
         let negative = outcomes_of(
             br#"{"results": [{"status": "retry", "retry_after": -3}]}"#,
@@ -329,6 +379,60 @@ mod tests {
             negative.unwrap(),
             vec![Outcome::retry("the endpoint asked for a retry")]
         );
+    }
+
+    #[test]
+    fn a_status_outside_the_protocol_rejects_its_record_alone() {
+        let answer = br#"{"results": [
+            {"status": "ok"},
+            {"status": 299},
+            {"status": "OK"},
+            {"status": null},
+            {"state": "ok"},
+            "ok",
+            {"status": "reject"}
+        ]}"#;
+        let outcomes = outcomes_of(answer, 7).unwrap();
+        let undefined = |status: &str| {
+            Outcome::reject(format!(
+                "the endpoint answered status {status}, which the batch protocol does not define (ok, retry, reject)"
+            ))
+        };
+        assert_eq!(
+            outcomes,
+            vec![
+                Outcome::Accept,
+                undefined("299"),
+                undefined(r#""OK""#),
+                undefined("null"),
+                Outcome::reject("the endpoint's result has no status (ok, retry, reject)"),
+                Outcome::reject(r#"the endpoint's result is not an object: "ok""#),
+                Outcome::reject("the endpoint rejected the record"),
+            ]
+        );
+    }
+
+    #[test]
+    fn records_are_grouped_by_the_topic_they_were_delivered_from() {
+        let job = |topic: &str| super::super::test_job(topic, None, Default::default());
+        let jobs = [
+            job("emails"),
+            job("emails.delay"),
+            job("emails"),
+            job("emails"),
+            job("emails.delay"),
+        ];
+        // Record 2 is not sent (its payload is not JSON, say).
+        let groups = by_topic(&jobs, &[0, 1, 3, 4]);
+        assert_eq!(
+            groups,
+            vec![("emails", vec![0, 2]), ("emails.delay", vec![1, 3])]
+        );
+        assert_eq!(
+            by_topic(&jobs, &[4, 0]),
+            vec![("emails.delay", vec![0]), ("emails", vec![1])]
+        );
+        assert!(by_topic(&jobs, &[]).is_empty());
     }
 
     #[test]
@@ -359,10 +463,34 @@ mod tests {
     fn an_unknown_status_is_quoted_cut_and_on_one_line() {
         let hostile = format!("{}\n{}", "x".repeat(10_000), "\u{1b}[31m");
         let answer = serde_json::json!({"results": [{"status": hostile}]}).to_string();
-        let why = outcomes_of(answer.as_bytes(), 1).unwrap_err();
-        assert!(why.contains("unknown variant"), "{why}");
-        assert!(why.len() < MAX_REASON_CHARS + 100, "{} bytes", why.len());
-        assert!(!why.contains('\n') && !why.contains('\u{1b}'), "{why}");
+        let outcomes = outcomes_of(answer.as_bytes(), 1).unwrap();
+        let Outcome::Reject { reason } = &outcomes[0] else {
+            panic!("{outcomes:?}");
+        };
+        assert!(
+            reason.starts_with(r#"the endpoint answered status "xxx"#),
+            "{reason}"
+        );
+        assert!(
+            reason.len() < MAX_REASON_CHARS + 120,
+            "{} bytes",
+            reason.len()
+        );
+        assert!(
+            !reason.contains('\n') && !reason.contains('\u{1b}'),
+            "{reason}"
+        );
+        let not_an_object = serde_json::json!({"results": [hostile]}).to_string();
+        let outcomes = outcomes_of(not_an_object.as_bytes(), 1).unwrap();
+        let Outcome::Reject { reason } = &outcomes[0] else {
+            panic!("{outcomes:?}");
+        };
+        assert!(
+            reason.len() < MAX_REASON_CHARS + 120,
+            "{} bytes",
+            reason.len()
+        );
+        assert!(reason.chars().all(|c| !c.is_control()), "{reason}");
     }
 
     #[test]

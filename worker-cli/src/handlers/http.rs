@@ -122,8 +122,8 @@ impl Http {
     }
 
     /// Sends one batch request (`body` of `content_type`, carrying the records `records`, as
-    /// `partition-offset` pairs of `topic`): the response when its status is 2xx, else the
-    /// outcome of every record of the request.
+    /// `partition-offset` pairs, all delivered from `topic`): the response when its status is
+    /// 2xx, else the outcome of every record of the request.
     pub(crate) async fn send_batch(
         &self,
         topic: &str,
@@ -307,6 +307,27 @@ mod tests {
             classify(StatusCode::NOT_FOUND, &two, retry),
             Outcome::Reject { .. }
         ));
+    }
+
+    /// A status HTTP does not define: a 2xx one is a success like any other, one outside 1xx to
+    /// 5xx rejects, naming it.
+    #[test]
+    fn a_made_up_status_is_named() {
+        let none = HeaderMap::new();
+        let made_up = |code| StatusCode::from_u16(code).unwrap();
+        assert_eq!(
+            classify(made_up(299), &none, OnRedirect::Retry),
+            Outcome::Accept
+        );
+        assert_eq!(
+            classify(made_up(777), &none, OnRedirect::Retry),
+            Outcome::reject("HTTP 777 <unknown status code>")
+        );
+        let two = headers(&[(RETRY_AFTER, HeaderValue::from_static("2"))]);
+        assert_eq!(
+            classify(made_up(999), &two, OnRedirect::Retry),
+            Outcome::reject("HTTP 999 <unknown status code>")
+        );
     }
 
     #[tokio::test]
