@@ -123,4 +123,3 @@ fn failure(err: &worker_kafka::Error) -> Failure {
         _ => Failure::Unavailable(message),
     }
 }
-

@@ -281,7 +281,11 @@ impl Readers {
 
     /// A hold on `target`'s reader, started when there is none; counted as a stream (read every
     /// [`Bounds::every`] while held) when `stream`.
-    pub(crate) fn follow(self: &Arc<Self>, target: &Target, stream: bool) -> Result<Follow, Failure> {
+    pub(crate) fn follow(
+        self: &Arc<Self>,
+        target: &Target,
+        stream: bool,
+    ) -> Result<Follow, Failure> {
         let mut state = self.lock();
         if let Some(why) = state.missing.get(&target.group) {
             return Err(Failure::NoGroup(why));
@@ -383,7 +387,9 @@ impl Readers {
             first = false;
             let gone = match &outcome {
                 Err(Failure::NoGroup(why)) => {
-                    self.lock().missing.insert(&reader.target.group, why.clone());
+                    self.lock()
+                        .missing
+                        .insert(&reader.target.group, why.clone());
                     true
                 }
                 Err(Failure::NotFound(_) | Failure::Denied(_)) => true,
@@ -594,7 +600,13 @@ mod tests {
     async fn random_group_names_stay_bounded_and_are_not_looked_up_twice() {
         let source = Slow::default();
         *source.delay.lock().unwrap() = Duration::from_millis(1);
-        let readers = readers(&source, Bounds { targets: 100, ..BOUNDS });
+        let readers = readers(
+            &source,
+            Bounds {
+                targets: 100,
+                ..BOUNDS
+            },
+        );
         for i in 0..10_000 {
             let err = readers
                 .read(&target(&format!("missing-{i}")))
@@ -620,10 +632,20 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_full_scaler_refuses_new_targets_while_every_one_is_followed() {
         let source = Slow::default();
-        let readers = readers(&source, Bounds { targets: 3, ..BOUNDS });
+        let readers = readers(
+            &source,
+            Bounds {
+                targets: 3,
+                ..BOUNDS
+            },
+        );
         let mut streams = Vec::new();
         for g in 0..3 {
-            streams.push(readers.follow(&target(&format!("g{g}")), true).expect("room"));
+            streams.push(
+                readers
+                    .follow(&target(&format!("g{g}")), true)
+                    .expect("room"),
+            );
         }
         assert!(matches!(
             readers.read(&target("g3")).await,

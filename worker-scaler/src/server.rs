@@ -171,9 +171,7 @@ impl Scaler {
         let limits = self.limits;
         let stopping = self.stopping.clone();
         let (health, health_service) = tonic_health::server::health_reporter();
-        health
-            .set_serving::<ExternalScalerServer<Scaler>>()
-            .await;
+        health.set_serving::<ExternalScalerServer<Scaler>>().await;
         let stopped = stopping.clone();
         let shutdown = async move {
             shutdown.await;
@@ -209,7 +207,9 @@ impl Scaler {
             health
                 .set_not_serving::<ExternalScalerServer<Scaler>>()
                 .await;
-            health.set_service_status("", tonic_health::ServingStatus::NotServing).await;
+            health
+                .set_service_status("", tonic_health::ServingStatus::NotServing)
+                .await;
             Ok(())
         };
         tokio::try_join!(main, probes, stopped_health).map_err(ServeError::Transport)?;

@@ -137,10 +137,7 @@ impl ExternalScaler for Scaler {
                 self.limits.streams
             ))
         })?;
-        let mut follow = self
-            .readers
-            .follow(&query.target(), true)
-            .map_err(status)?;
+        let mut follow = self.readers.follow(&query.target(), true).map_err(status)?;
         let first = follow.now().await.map_err(status)?;
         let start = Streaming {
             follow,
@@ -172,11 +169,18 @@ impl ExternalScaler for Scaler {
                             let active = reading.records > activation;
                             if active != state.active {
                                 state.active = active;
-                                return Some((Ok(IsActiveResponse { result: active }), Some(state)));
+                                return Some((
+                                    Ok(IsActiveResponse { result: active }),
+                                    Some(state),
+                                ));
                             }
                         }
                         Err(Failure::Unavailable(why)) => {
-                            tracing::warn!(group, why, "stream: backlog unreadable, keeping the last answer");
+                            tracing::warn!(
+                                group,
+                                why,
+                                "stream: backlog unreadable, keeping the last answer"
+                            );
                         }
                         Err(failure) => return Some((Err(status(failure)), None)),
                     }

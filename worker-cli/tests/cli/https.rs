@@ -26,18 +26,18 @@ use crate::support::*;
 
 /// PEM files of a throw-away CA, a server certificate for `localhost` and `127.0.0.1`, one for
 /// another name only and a client certificate, all signed by the CA, in a scratch directory.
-struct Pki {
-    ca: PathBuf,
-    server_cert: PathBuf,
-    server_key: PathBuf,
+pub(crate) struct Pki {
+    pub(crate) ca: PathBuf,
+    pub(crate) server_cert: PathBuf,
+    pub(crate) server_key: PathBuf,
     misnamed_cert: PathBuf,
     misnamed_key: PathBuf,
-    client_cert: PathBuf,
-    client_key: PathBuf,
+    pub(crate) client_cert: PathBuf,
+    pub(crate) client_key: PathBuf,
 }
 
 impl Pki {
-    fn new(scratch: &Scratch) -> Self {
+    pub(crate) fn new(scratch: &Scratch) -> Self {
         let ca_key = KeyPair::generate().expect("a CA key");
         let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
