@@ -35,12 +35,15 @@ app.kubernetes.io/component: scaler
 {{- .Values.existingConfigMap | default (include "share-worker.fullname" .) -}}
 {{- end -}}
 
-{{/* The TOML and the secrets it names, mounted read-only. */}}
+{{/*
+The TOML and the secrets it names, mounted read-only. With a dict of the root context and
+`scaler: true`, only the secretMounts the scaler may hold (those not marked `scaler: false`).
+*/}}
 {{- define "share-worker.volumeMounts" -}}
 - name: config
   mountPath: /etc/share-worker
   readOnly: true
-{{- range .Values.secretMounts }}
+{{- range (include "share-worker.secretMounts" . | fromYamlArray) }}
 - name: secret-{{ .name }}
   mountPath: {{ .mountPath }}
   readOnly: true
@@ -50,10 +53,50 @@ app.kubernetes.io/component: scaler
 {{- define "share-worker.volumes" -}}
 - name: config
   configMap:
-    name: {{ include "share-worker.configMap" . }}
-{{- range .Values.secretMounts }}
+    name: {{ include "share-worker.configMap" .root }}
+{{- range (include "share-worker.secretMounts" . | fromYamlArray) }}
 - name: secret-{{ .name }}
   secret:
     secretName: {{ .secretName }}
 {{- end }}
 {{- end -}}
+
+{{- define "share-worker.secretMounts" -}}
+{{- $mounts := list }}
+{{- range .root.Values.secretMounts }}
+{{- if or (not $.scaler) (ne (toString .scaler) "false") }}
+{{- $mounts = append $mounts . }}
+{{- end }}
+{{- end }}
+{{- toYaml $mounts }}
+{{- end -}}
+
+{{/*
+The checksum annotation: what the chart can see of the configuration. Secrets and an
+existingConfigMap count by name only (their contents are not the chart's to read when it
+renders); configChecksum is the operator's to bump when those change (docs/kubernetes.md).
+*/}}
+{{- define "share-worker.configChecksum" -}}
+{{- $seen := dict "config" .Values.config "existingConfigMap" .Values.existingConfigMap "secretMounts" .Values.secretMounts "configChecksum" (toString .Values.configChecksum) }}
+{{- toJson $seen | sha256sum }}
+{{- end -}}
+
+{{/* "true" when the chart renders its NetworkPolicies: networkPolicy.enabled, auto meaning scaler.enabled. */}}
+{{- define "share-worker.networkPolicyOn" -}}
+{{- $on := toString .Values.networkPolicy.enabled }}
+{{- if eq $on "auto" }}
+{{- .Values.scaler.enabled | toString }}
+{{- else if or (eq $on "true") (eq $on "false") }}
+{{- $on }}
+{{- else }}
+{{- fail (printf "networkPolicy.enabled: auto, true or false, not %q" $on) }}
+{{- end }}
+{{- end -}}
+
+{{- define "share-worker.scalerKafkaSecret" -}}
+{{- .Values.scaler.kafkaCredentials.existingSecret | default (printf "%s-scaler-kafka" (include "share-worker.fullname" .)) -}}
+{{- end -}}
+
+{{/* Where the scaler's own Secrets are mounted: beside the TOML's directory, never inside it. */}}
+{{- define "share-worker.scalerTlsDir" -}}/etc/share-worker-scaler/tls{{- end -}}
+{{- define "share-worker.scalerKafkaDir" -}}/etc/share-worker-scaler/kafka{{- end -}}
