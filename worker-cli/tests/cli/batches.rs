@@ -368,8 +368,8 @@ async fn letters(topic: &str) -> HashMap<i64, String> {
         .collect()
 }
 
-/// Six records produced to wait 3 s (they move to the route's delay topic and come back from
-/// it) and six produced fresh fill one batch of twelve: the batch goes as one request per
+/// Six records produced fresh and six produced to wait 5 s (they move to the route's delay topic
+/// and come back from it) fill one batch of twelve: the batch goes as one request per
 /// topic, each naming the topic of every record it carries (the delayed ones by where they were
 /// delivered from, the delay topic), and each record gets the result the endpoint gave it —
 /// "ok" for an even `n`, "reject" for an odd one.
@@ -392,7 +392,7 @@ async fn a_batch_of_fresh_and_delayed_records_names_each_record_s_topic() {
         ("200 OK", serde_json::json!({ "results": results }))
     }));
     // The batch is sent when its twelve records have joined it: the fresh ones wait in it for
-    // the delayed ones (3 s), well within the linger.
+    // the delayed ones (5 s), well within the linger.
     let route =
         format!("handler = \"http\"\nurl = \"{url}\"\nbatch = {{ max = 12, linger = \"20s\" }}");
     let text = format!(
@@ -401,27 +401,45 @@ async fn a_batch_of_fresh_and_delayed_records_names_each_record_s_topic() {
     );
     let cfg = scratch.write("worker.toml", &text);
     let cfg = cfg.to_str().expect("utf-8 path");
-    let delayed: Vec<String> = (0..6)
-        .map(|n| format!("{{\"n\": {n}, \"delayed\": true}}"))
-        .collect();
-    let delayed: Vec<&str> = delayed.iter().map(String::as_str).collect();
-    setup_and_produce(&scratch, cfg, &topic, 1, &delayed, &["--delay", "3s"]).await;
     let fresh: Vec<String> = (100..106)
         .map(|n| format!("{{\"n\": {n}, \"delayed\": false}}"))
         .collect();
     let fresh: Vec<&str> = fresh.iter().map(String::as_str).collect();
     setup_and_produce(&scratch, cfg, &topic, 1, &fresh, &[]).await;
+    // Due 5 s from now: the worker, started at once, finds them due later than its 1 s
+    // `max-hold` and moves them to the delay topic.
+    let delayed: Vec<String> = (0..6)
+        .map(|n| format!("{{\"n\": {n}, \"delayed\": true}}"))
+        .collect();
+    let delayed: Vec<&str> = delayed.iter().map(String::as_str).collect();
+    setup_and_produce(&scratch, cfg, &topic, 1, &delayed, &["--delay", "5s"]).await;
 
-    let stats = run_until_idle(&scratch, cfg).await;
+    // Records waiting in a batch or in the delay topic are no handler call: the worker must not
+    // count the 5 s as idle.
+    let stats_path = scratch.0.join("stats.json");
+    let stats_file = stats_path.to_str().expect("utf-8 path");
+    let run = [
+        "run",
+        "--config",
+        cfg,
+        "--exit-when-idle",
+        "9s",
+        "--stats-json",
+        stats_file,
+    ];
+    assert_ok(&share_worker(&run, &[]).await, "run");
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats_path).expect("the stats file"))
+            .expect("stats JSON");
     let requests = seen.lock().unwrap().clone();
+    assert!(
+        count(&stats, "moved") >= 6,
+        "waited in the delay topic: {stats}"
+    );
     assert_eq!(
         count(&stats, "batches"),
         1,
         "the fresh and the delayed records share one batch: {stats} {requests:?}"
-    );
-    assert!(
-        count(&stats, "moved") >= 6,
-        "waited in the delay topic: {stats}"
     );
     let delay_topic = format!("{topic}.delay");
     let mut identities = std::collections::HashSet::new();
