@@ -43,7 +43,7 @@ pub(crate) async fn run(
         .collect::<anyhow::Result<Vec<_>>>()?;
     let telemetry = match config.telemetry.listen {
         Some(addr) => {
-            let serving = Serving::telemetry(&config.telemetry)?;
+            let serving = Serving::telemetry(&config)?;
             let listener = TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("telemetry.listen: cannot listen on {addr}"))?;

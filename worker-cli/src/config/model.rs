@@ -517,6 +517,17 @@ pub struct UiSection {
     /// `ui.listen`: host names answered besides IP literals and `localhost` (default none).
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
+    /// Address ranges of the proxies in front of the dashboard (`"10.0.0.0/8"`, `"::1/128"`;
+    /// default none): a request from one of them is the client its `X-Forwarded-For` names, for
+    /// the sign-in throttle, audit lines and connection slots. Applies wherever the dashboard is
+    /// served (`ui.listen`, or `telemetry.listen` with `telemetry.ui`).
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    /// Whether a dashboard off loopback may be served over plain HTTP, its token and session
+    /// cookie in the clear (default false: it does not start without HTTPS, its own TLS files
+    /// or `behind-tls-proxy`).
+    #[serde(default)]
+    pub allow_plain_http: bool,
 }
 
 impl Default for UiSection {
@@ -531,6 +542,8 @@ impl Default for UiSection {
             tls_key_file: None,
             behind_tls_proxy: false,
             allowed_hosts: Vec::new(),
+            trusted_proxies: Vec::new(),
+            allow_plain_http: false,
         }
     }
 }

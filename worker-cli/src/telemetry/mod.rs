@@ -7,11 +7,12 @@
 //! runs in the background ([`dlq_topics`]) so that no client can make the worker open Kafka
 //! connections. The listener serves from the moment it is bound, so probes get answers while the
 //! worker is still joining its group. [`server`] is the listener of `share-worker ui` too: both
-//! take HTTPS ([`certs`]), a `Host` allow-list ([`hosts`]) and connection slots that keep room
-//! for probes ([`admission`]).
+//! take HTTPS ([`certs`]), a `Host` allow-list ([`hosts`]), connection slots that keep room
+//! for probes ([`admission`]) and the client behind trusted proxies ([`client`]).
 
 mod admission;
 mod certs;
+mod client;
 mod dlq_topics;
 mod hosts;
 mod server;
@@ -30,7 +31,8 @@ use worker_core::runtime::WorkerHealth;
 use worker_core::security::Security;
 use worker_ops::Probes;
 
-pub(crate) use server::{Peer, Serving, serve};
+pub(crate) use client::{Client, TrustedProxies, counted_as};
+pub(crate) use server::{Peer, Serving, serve, trusted_proxies};
 pub(crate) use worker_ops::REQUEST_TIMEOUT;
 
 /// How often the dead-letter topics are looked up (the first time at start).

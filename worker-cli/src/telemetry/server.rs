@@ -1,14 +1,15 @@
 //! The accept loop: hyper's HTTP/1 server, over rustls with `tls-cert-file`, with every resource
 //! a client can hold bounded (connections in all and per client address, with a reserve for
 //! probes: [`admission`]; how long each lives; how large a request head is), the `Host`
-//! allow-list ([`hosts`]) on every request, and a graceful stop.
+//! allow-list ([`hosts`]) on every request, the client behind trusted proxies ([`client`]) and a
+//! graceful stop.
 
 use std::error::Error as StdError;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::{TelemetrySection, UiSection};
+use crate::config::{Config, UiSection};
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
@@ -25,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::REQUEST_TIMEOUT;
 use super::admission::{Admission, Kind, Slots, Ticket};
 use super::certs;
+use super::client::{Client, TrustedProxies};
 use super::hosts::AllowedHosts;
 
 /// The address a request came from (an extension of every request), for audit lines and the
@@ -88,6 +90,9 @@ pub(crate) struct Serving {
     pub(crate) tls: Option<TlsAcceptor>,
     /// Clients reach it over HTTPS: its own TLS, or the TLS proxy `behind-tls-proxy` declares.
     pub(crate) https: bool,
+    /// The proxies whose `X-Forwarded-For` names the client a connection's slot counts for:
+    /// `ui.trusted-proxies` on a listener that serves the dashboard.
+    pub(crate) trusted: Arc<TrustedProxies>,
 }
 
 impl std::fmt::Debug for Serving {
@@ -97,18 +102,27 @@ impl std::fmt::Debug for Serving {
             .field("hosts", &self.hosts)
             .field("tls", &self.tls.is_some())
             .field("https", &self.https)
+            .field("trusted", &self.trusted)
             .finish()
     }
 }
 
 impl Serving {
-    /// `telemetry.listen`'s, from `[telemetry]` (the certificate files are read now).
-    pub(crate) fn telemetry(section: &TelemetrySection) -> anyhow::Result<Self> {
+    /// `telemetry.listen`'s, from `[telemetry]` (the certificate files are read now), with
+    /// `ui.trusted-proxies` when it serves the dashboard (`telemetry.ui`).
+    pub(crate) fn telemetry(config: &Config) -> anyhow::Result<Self> {
+        let section = &config.telemetry;
+        let trusted = if section.ui {
+            trusted_proxies(&config.ui)?
+        } else {
+            TrustedProxies::default()
+        };
         Self::new(
             "telemetry",
             (&section.tls_cert_file, &section.tls_key_file),
             section.behind_tls_proxy,
             AllowedHosts::new("telemetry.allowed-hosts", &section.allowed_hosts),
+            trusted,
         )
     }
 
@@ -119,6 +133,7 @@ impl Serving {
             (&section.tls_cert_file, &section.tls_key_file),
             section.behind_tls_proxy,
             AllowedHosts::new("ui.allowed-hosts", &section.allowed_hosts),
+            trusted_proxies(section)?,
         )
     }
 
@@ -127,6 +142,7 @@ impl Serving {
         files: (&Option<std::path::PathBuf>, &Option<std::path::PathBuf>),
         behind_tls_proxy: bool,
         hosts: AllowedHosts,
+        trusted: TrustedProxies,
     ) -> anyhow::Result<Self> {
         let tls = match files {
             (Some(cert), Some(key)) => Some(certs::acceptor(table, cert, key)?),
@@ -138,6 +154,7 @@ impl Serving {
             hosts,
             https: behind_tls_proxy || tls.is_some(),
             tls,
+            trusted: Arc::new(trusted),
         })
     }
 
@@ -145,6 +162,12 @@ impl Serving {
     pub(crate) fn scheme(&self) -> &'static str {
         if self.https { "https" } else { "http" }
     }
+}
+
+/// `ui.trusted-proxies` (checked when the file is loaded; a model built in code is checked here).
+pub(crate) fn trusted_proxies(section: &UiSection) -> anyhow::Result<TrustedProxies> {
+    TrustedProxies::parse(&section.trusted_proxies)
+        .map_err(|why| anyhow::anyhow!("ui.trusted-proxies: {why}"))
 }
 
 /// Serves `app` on `listener` until `stop` is cancelled, then waits up to `stop_grace` for the
@@ -182,7 +205,8 @@ pub(crate) async fn serve(
                 }
             }
         };
-        let Some(ticket) = admission.admit(peer.ip()) else {
+        let via_proxy = serving.trusted.contains(peer.ip());
+        let Some(ticket) = admission.admit(peer.ip(), via_proxy) else {
             tracing::debug!(
                 %peer,
                 "listener: every slot busy (its address's, the listener's, the probes'); closing a new connection"
@@ -193,6 +217,8 @@ pub(crate) async fn serve(
         let gate = Gate {
             ticket: ticket.clone(),
             hosts: serving.hosts.clone(),
+            peer,
+            trusted: via_proxy.then(|| serving.trusted.clone()),
         };
         let app = app
             .clone()
@@ -276,10 +302,14 @@ impl Connection {
 struct Gate {
     ticket: Arc<Ticket>,
     hosts: AllowedHosts,
+    peer: SocketAddr,
+    /// The trusted proxies, when the peer is one: the slot counts for the client it names.
+    trusted: Option<Arc<TrustedProxies>>,
 }
 
 /// Before any route: the connection stops giving way to newcomers, the `Host` must be one the
-/// listener answers, and a reserve slot serves probes only.
+/// listener answers, a reserve slot serves probes only, and a trusted proxy's connection joins
+/// the share of the client it names (refused past it, probes aside).
 async fn admit_request(State(gate): State<Gate>, request: Request, next: Next) -> Response {
     gate.ticket.busy();
     let host = match request.uri().authority() {
@@ -295,7 +325,20 @@ async fn admit_request(State(gate): State<Gate>, request: Request, next: Next) -
     if !gate.hosts.allows(host) {
         return (StatusCode::MISDIRECTED_REQUEST, gate.hosts.refusal(host)).into_response();
     }
-    if gate.ticket.kind() == Kind::Reserve && !PROBE_PATHS.contains(&request.uri().path()) {
+    let probe = PROBE_PATHS.contains(&request.uri().path());
+    if let Some(trusted) = &gate.trusted {
+        let client = Client::resolve(gate.peer, request.headers(), trusted);
+        if !gate.ticket.claim(client.ip) && !probe {
+            tracing::debug!(%client, "listener: the client's share is busy; refusing a request");
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "1")],
+                "too many requests from your address at once: try again in a moment\n",
+            )
+                .into_response();
+        }
+    }
+    if gate.ticket.kind() == Kind::Reserve && !probe {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             [(header::RETRY_AFTER, "1")],
@@ -325,6 +368,7 @@ mod tests {
             hosts: AllowedHosts::new("telemetry.allowed-hosts", &[]),
             tls: None,
             https: false,
+            trusted: Arc::default(),
         }
     }
 

@@ -10,19 +10,19 @@ use axum::response::{IntoResponse, Response};
 
 use super::Dashboard;
 use super::params::Params;
-use crate::telemetry::Peer;
+use crate::telemetry::Client;
 
-/// An action's form that the guard let through, and the address that sent it.
+/// An action's form that the guard let through, and the client that sent it.
 pub(crate) struct ActionForm {
     pub(crate) params: Params,
-    pub(crate) peer: Option<Peer>,
+    pub(crate) client: Option<Client>,
 }
 
 impl FromRequest<Arc<Dashboard>> for ActionForm {
     type Rejection = Response;
 
     async fn from_request(request: Request, dashboard: &Arc<Dashboard>) -> Result<Self, Response> {
-        let peer = request.extensions().get::<Peer>().copied();
+        let client = request.extensions().get::<Client>().copied();
         let headers = request.headers().clone();
         let body = Bytes::from_request(request, dashboard)
             .await
@@ -32,6 +32,6 @@ impl FromRequest<Arc<Dashboard>> for ActionForm {
             .guard
             .act(&headers, params.get("csrf"), SystemTime::now())
             .map_err(|refusal| dashboard.refused(refusal))?;
-        Ok(Self { params, peer })
+        Ok(Self { params, client })
     }
 }

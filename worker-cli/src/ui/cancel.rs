@@ -52,7 +52,7 @@ fn page(dashboard: &Dashboard) -> Markup {
 /// `POST /ui/cancel`.
 pub(crate) async fn cancel(
     State(dashboard): Shared,
-    ActionForm { params, peer }: ActionForm,
+    ActionForm { params, client }: ActionForm,
 ) -> Response {
     if let Some(refused) = refusal(&dashboard) {
         return refused;
@@ -70,7 +70,7 @@ pub(crate) async fn cancel(
     let Some(control) = dashboard.controls.topic() else {
         return not_done("no control topic");
     };
-    let by = who(peer.as_ref());
+    let by = who(client.as_ref());
     match control.cancel(&job_id, ttl, &reason, &by).await {
         Ok(cancel) => {
             tracing::info!(target: AUDIT, action = "cancel", job_id = ?job_id, reason = ?reason, client = ?by, "dashboard job action done");

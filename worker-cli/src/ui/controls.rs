@@ -12,14 +12,15 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use worker_core::control::{ControlTopic, Controls, Pause};
 
+use super::Dashboard;
 use super::action::ActionForm;
 use super::guard::Refusal;
 use super::jobs::AUDIT;
 use super::pages::{self, Chrome, Tab};
 use super::params::Params;
 use super::routes::Shared;
-use super::{Dashboard, Peer};
 use crate::config::Config;
+use crate::telemetry::Client;
 
 /// How long the dashboard waits before it tries the control topic again after a failed read.
 const RETRY: Duration = Duration::from_secs(5);
@@ -198,7 +199,7 @@ fn page(chrome: &Chrome<'_>, topic: &str, csrf: &str) -> Markup {
 pub(crate) async fn pause(
     State(dashboard): Shared,
     Path(topic): Path<String>,
-    ActionForm { params, peer }: ActionForm,
+    ActionForm { params, client }: ActionForm,
 ) -> Response {
     let control = match actionable(&dashboard, &topic) {
         Ok(control) => control,
@@ -209,7 +210,7 @@ pub(crate) async fn pause(
         Ok(fields) => fields,
         Err(why) => return dashboard.page(StatusCode::BAD_REQUEST, "Not paused", &why),
     };
-    let by = who(peer.as_ref());
+    let by = who(client.as_ref());
     let written = match duration {
         Some(duration) => control.pause_for(&topic, duration, &reason, &by).await,
         None => control.pause(&topic, None, &reason, &by).await,
@@ -221,13 +222,13 @@ pub(crate) async fn pause(
 pub(crate) async fn resume(
     State(dashboard): Shared,
     Path(topic): Path<String>,
-    ActionForm { peer, .. }: ActionForm,
+    ActionForm { client, .. }: ActionForm,
 ) -> Response {
     let control = match actionable(&dashboard, &topic) {
         Ok(control) => control,
         Err(why) => return refused(&dashboard, &topic, why),
     };
-    let by = who(peer.as_ref());
+    let by = who(client.as_ref());
     let written = control.resume(&topic, "", &by).await;
     finish(&dashboard, "resume", &topic, "", &by, written)
 }
@@ -319,10 +320,11 @@ pub(super) fn for_field(params: &Params) -> Result<Option<Duration>, String> {
     }
 }
 
-/// Who asked, as written into the command: the dashboard and the client's address.
-pub(super) fn who(peer: Option<&Peer>) -> String {
-    match peer {
-        Some(peer) => format!("dashboard {}", peer.0),
+/// Who asked, as written into the command: the dashboard and the client's address (with the
+/// proxy's, for a forwarded client).
+pub(super) fn who(client: Option<&Client>) -> String {
+    match client {
+        Some(client) => format!("dashboard {client}"),
         None => "dashboard".to_owned(),
     }
 }

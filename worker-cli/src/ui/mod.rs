@@ -15,9 +15,11 @@
 //!   ([`jobs`]), each with an audit log line.
 //! - **Requests**: [`routes`] answers them, [`params`] reads what they ask for.
 //! - **Access** ([`guard`], [`throttle`]): read-only unless `ui.allow-actions`; a token when one
-//!   is set (required off loopback), sessions that expire, failed sign-ins throttled per address;
-//!   CSRF and same-origin checks on every POST. The listener ([`crate::telemetry::serve`]) adds
-//!   HTTPS, the `Host` allow-list and its connection limits.
+//!   is set (required off loopback), HTTPS off loopback unless `ui.allow-plain-http`, sessions
+//!   that expire, failed sign-ins throttled per client (behind `ui.trusted-proxies`, the client
+//!   their `X-Forwarded-For` names: [`crate::telemetry::Client`]); CSRF and same-origin checks on
+//!   every POST. The listener ([`crate::telemetry::serve`]) adds HTTPS, the `Host` allow-list and
+//!   its connection limits.
 
 mod action;
 mod cancel;
@@ -53,7 +55,7 @@ use tower_http::timeout::TimeoutLayer;
 use worker_core::kafka::Admin;
 use worker_core::security::Security;
 
-use crate::telemetry::{Peer, REQUEST_TIMEOUT, Serving, serve};
+use crate::telemetry::{Peer, REQUEST_TIMEOUT, Serving, TrustedProxies, serve, trusted_proxies};
 use dlq_index::DlqIndex;
 use guard::{Guard, Refusal};
 use jobs::Jobs;
@@ -61,7 +63,7 @@ use pages::Chrome;
 use reads::BlockingReads;
 use routes::{
     act, admit, confirm, dlq_counts, dlq_list, dlq_page, job, job_live, letter, login, login_page,
-    overview, overview_live, script, secure_headers, style,
+    overview, overview_live, resolve_client, script, secure_headers, style,
 };
 pub(crate) use sampler::WorkerView;
 use sampler::{Samples, Sources};
@@ -171,6 +173,8 @@ pub(crate) struct Dashboard {
     client_id: String,
     guard: Guard,
     throttle: Throttle,
+    /// `ui.trusted-proxies`: whose `X-Forwarded-For` names the client.
+    trusted: TrustedProxies,
     samples: Arc<Mutex<Samples>>,
     dlq: Arc<Vec<DlqIndex>>,
     jobs: Jobs,
@@ -208,8 +212,19 @@ impl Dashboard {
             );
         }
         if !loopback && !https {
+            if !config.ui.allow_plain_http {
+                anyhow::bail!(
+                    "the dashboard on {listen} is not on loopback and would be served over plain HTTP, its token and session cookies in the clear: serve HTTPS (tls-cert-file and tls-key-file, or behind-tls-proxy = true with a TLS proxy in front), or set ui.allow-plain-http = true to serve plain HTTP anyway"
+                );
+            }
             tracing::warn!(
-                "the dashboard on {listen} is served over plain HTTP: its token and session cookie cross the network in the clear; set tls-cert-file and tls-key-file, or behind-tls-proxy with a TLS proxy in front"
+                "the dashboard on {listen} is served over plain HTTP (ui.allow-plain-http): its token and session cookie cross the network in the clear"
+            );
+        }
+        let trusted = trusted_proxies(&config.ui)?;
+        if !trusted.is_empty() {
+            tracing::info!(
+                "the dashboard takes the client from X-Forwarded-For of requests from {trusted} (ui.trusted-proxies)"
             );
         }
         let every = config.ui.sample_every;
@@ -257,6 +272,7 @@ impl Dashboard {
             guard: Guard::new(token, config.ui.allow_actions, https),
             controls,
             throttle: Throttle::default(),
+            trusted,
             config,
             security,
             client_id,
@@ -359,6 +375,10 @@ pub(crate) fn router(dashboard: Arc<Dashboard>) -> Router {
         .route("/ui/login", get(login_page).post(login))
         .route("/ui/assets/app.js", get(script))
         .route("/ui/assets/app.css", get(style))
+        .layer(middleware::from_fn_with_state(
+            dashboard.clone(),
+            resolve_client,
+        ))
         .with_state(dashboard)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn(secure_headers))

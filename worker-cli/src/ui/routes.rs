@@ -20,24 +20,40 @@ use super::params::{Params, filter_of, target_of};
 use super::{Dashboard, jobs, lock};
 use crate::replay::Request as ReplayRequest;
 use crate::replay::scan::LetterStatus;
-use crate::telemetry::Peer;
+use crate::telemetry::{Client, Peer};
 
 pub(crate) type Shared = State<Arc<Dashboard>>;
 
-/// The address a request came from; every request through the listener has it.
-fn address(peer: Option<&Peer>) -> IpAddr {
-    peer.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| p.0.ip())
+/// Before every route: the request's [`Client`], its peer or, from a trusted proxy
+/// (`ui.trusted-proxies`), the client its `X-Forwarded-For` names; every request through a
+/// listener has a peer.
+pub(crate) async fn resolve_client(
+    State(dashboard): Shared,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if let Some(peer) = request.extensions().get::<Peer>().copied() {
+        let client = Client::resolve(peer.0, request.headers(), &dashboard.trusted);
+        request.extensions_mut().insert(client);
+    }
+    next.run(request).await
+}
+
+/// The address sign-ins are throttled by.
+fn address(client: Option<&Client>) -> IpAddr {
+    client.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.ip)
 }
 
 /// Token checks before every page (the login page and the static files aside); a wrong bearer
 /// token is a failed sign-in, and a throttled address's bearer token is not even checked.
 pub(crate) async fn admit(
     State(dashboard): Shared,
-    peer: Option<axum::Extension<Peer>>,
+    client: Option<axum::Extension<Client>>,
     request: Request,
     next: Next,
 ) -> Response {
-    let address = address(peer.as_deref());
+    let client = client.as_deref();
+    let address = address(client);
     if dashboard.guard.has_bearer(request.headers())
         && let Some(wait) = dashboard.throttle.wait(address, Instant::now())
     {
@@ -47,16 +63,17 @@ pub(crate) async fn admit(
         Ok(()) => next.run(request).await,
         Err(refusal) => {
             if refusal == Refusal::WrongToken {
-                failed_sign_in(&dashboard, address, "a request with a wrong bearer token");
+                failed_sign_in(&dashboard, client, "a request with a wrong bearer token");
             }
             dashboard.refused(refusal)
         }
     }
 }
 
-fn failed_sign_in(dashboard: &Dashboard, address: IpAddr, what: &str) {
-    dashboard.throttle.failed(address, Instant::now());
-    tracing::warn!(client = %address, "dashboard: {what}");
+fn failed_sign_in(dashboard: &Dashboard, client: Option<&Client>, what: &str) {
+    dashboard.throttle.failed(address(client), Instant::now());
+    let who = client.map_or_else(|| "unknown".to_owned(), Client::to_string);
+    tracing::warn!(client = %who, "dashboard: {what}");
 }
 
 /// What the browser may do with the dashboard's answers: nothing from elsewhere, no framing,
@@ -282,7 +299,7 @@ pub(crate) async fn confirm(
 pub(crate) async fn act(
     State(dashboard): Shared,
     Path(topic): Path<String>,
-    ActionForm { params, peer }: ActionForm,
+    ActionForm { params, client }: ActionForm,
 ) -> Response {
     if dashboard.index(&topic).is_none() {
         return unknown_topic(&dashboard, &topic);
@@ -301,7 +318,7 @@ pub(crate) async fn act(
         until_ms: target.filter.until_ms,
         action: target.action,
     };
-    let who = peer.map_or_else(|| "unknown".to_owned(), |p| p.0.to_string());
+    let who = client.map_or_else(|| "unknown".to_owned(), |c| c.to_string());
     match dashboard
         .jobs
         .start(dashboard.config.clone(), request, target.what, who)
@@ -337,7 +354,7 @@ pub(crate) async fn login_page(State(dashboard): Shared) -> Markup {
 /// token checked and the session cookie set.
 pub(crate) async fn login(
     State(dashboard): Shared,
-    peer: Option<axum::Extension<Peer>>,
+    client: Option<axum::Extension<Client>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -348,7 +365,8 @@ pub(crate) async fn login(
     if !dashboard.guard.needs_token() {
         return Redirect::to("/ui").into_response();
     }
-    let address = address(peer.as_deref());
+    let client = client.as_deref();
+    let address = address(client);
     if let Some(wait) = dashboard.throttle.wait(address, Instant::now()) {
         return dashboard.refused(Refusal::Throttled(wait.as_secs().max(1)));
     }
@@ -365,7 +383,7 @@ pub(crate) async fn login(
             response
         }
         None => {
-            failed_sign_in(&dashboard, address, "a sign-in with a wrong token");
+            failed_sign_in(&dashboard, client, "a sign-in with a wrong token");
             dashboard.refused(Refusal::WrongToken)
         }
     }

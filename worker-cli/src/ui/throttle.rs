@@ -1,4 +1,5 @@
-//! Failed sign-ins per client address: after [`MAX_FAILURES`] within [`WINDOW`], the address's
+//! Failed sign-ins per client address (the client behind trusted proxies:
+//! [`crate::telemetry::Client`]): after [`MAX_FAILURES`] within [`WINDOW`], the address's
 //! sign-ins (the login form, a bearer token) are answered 429 until the oldest of them is a
 //! [`WINDOW`] old. Session cookies are not sign-ins: a signed-in browser is never throttled.
 //!
@@ -8,9 +9,11 @@
 //! attacker has, and a token of 32 characters or more stays out of reach anyway.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+
+use crate::telemetry::counted_as;
 
 /// Failed sign-ins an address may make within [`WINDOW`].
 pub(crate) const MAX_FAILURES: usize = 5;
@@ -80,13 +83,7 @@ impl Throttle {
 
 /// What an address is counted as: itself, or its /64 for IPv6.
 fn key(peer: IpAddr) -> IpAddr {
-    match peer.to_canonical() {
-        IpAddr::V6(v6) => {
-            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
-            IpAddr::V6(Ipv6Addr::from(prefix))
-        }
-        v4 => v4,
-    }
+    counted_as(peer)
 }
 
 #[cfg(test)]

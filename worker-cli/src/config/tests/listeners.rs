@@ -1,4 +1,5 @@
-//! The HTTP listeners' keys: HTTPS files, `behind-tls-proxy`, `allowed-hosts`, the dashboard's
+//! The HTTP listeners' keys: HTTPS files, `behind-tls-proxy`, `allowed-hosts`, `trusted-proxies`,
+//! plain HTTP off loopback only with `allow-plain-http`, the dashboard's
 //! token length and its refusal off loopback without one; each error names file:line and key.
 //!
 //! `testdata/`: a certificate (`client.pem`) with its key (`client.key`), and a key that goes
@@ -199,10 +200,12 @@ fn a_dashboard_off_loopback_needs_a_token_and_one_on_loopback_does_not() {
         String::new(),
         "[ui]\nlisten = \"127.0.0.1:9400\"\n".to_owned(),
         "[ui]\nlisten = \"[::1]:9400\"\nallow-actions = true\n".to_owned(),
-        format!("[ui]\nlisten = \"0.0.0.0:9400\"\ntoken = \"{token}\"\n"),
+        format!("[ui]\nlisten = \"0.0.0.0:9400\"\ntoken = \"{token}\"\nallow-plain-http = true\n"),
         // A telemetry listener off loopback without the dashboard needs no token.
         "[telemetry]\nlisten = \"0.0.0.0:9464\"\n".to_owned(),
-        format!("[telemetry]\nlisten = \"0.0.0.0:9464\"\nui = true\n[ui]\ntoken = \"{token}\"\n"),
+        format!(
+            "[telemetry]\nlisten = \"0.0.0.0:9464\"\nui = true\nbehind-tls-proxy = true\n[ui]\ntoken = \"{token}\"\n"
+        ),
     ] {
         if let Err(err) = parse(&format!("{MINIMAL}{ok}")) {
             panic!("refused:\n{ok}\n{err}");
@@ -218,4 +221,97 @@ fn a_dashboard_off_loopback_needs_a_token_and_one_on_loopback_does_not() {
         13,
         "the dashboard on `telemetry.listen` = [::]:9464 is not on loopback: set `ui.token` or `ui.token-file` (at least 32 characters)",
     );
+}
+
+#[test]
+fn a_dashboard_off_loopback_needs_https_or_allow_plain_http_and_one_on_loopback_does_not() {
+    let token = "t".repeat(MIN_UI_TOKEN_CHARS);
+    let (cert, key) = (testdata("client.pem"), testdata("client.key"));
+    for ok in [
+        // Loopback: plain HTTP is fine.
+        format!("[ui]\nlisten = \"127.0.0.1:9400\"\ntoken = \"{token}\"\n"),
+        format!("[telemetry]\nlisten = \"[::1]:9464\"\nui = true\n"),
+        // Its own TLS, a TLS proxy in front, or plain HTTP said out loud.
+        format!(
+            "[ui]\nlisten = \"0.0.0.0:9400\"\ntoken = \"{token}\"\ntls-cert-file = \"{cert}\"\ntls-key-file = \"{key}\"\n"
+        ),
+        format!("[ui]\nlisten = \"0.0.0.0:9400\"\ntoken = \"{token}\"\nbehind-tls-proxy = true\n"),
+        format!("[ui]\nlisten = \"0.0.0.0:9400\"\ntoken = \"{token}\"\nallow-plain-http = true\n"),
+        format!(
+            "[telemetry]\nlisten = \"0.0.0.0:9464\"\nui = true\ntls-cert-file = \"{cert}\"\ntls-key-file = \"{key}\"\n[ui]\ntoken = \"{token}\"\n"
+        ),
+        format!(
+            "[telemetry]\nlisten = \"0.0.0.0:9464\"\nui = true\n[ui]\ntoken = \"{token}\"\nallow-plain-http = true\n"
+        ),
+        // Probes and metrics alone may be plain HTTP anywhere.
+        "[telemetry]\nlisten = \"0.0.0.0:9464\"\n".to_owned(),
+    ] {
+        if let Err(err) = parse(&format!("{MINIMAL}{ok}")) {
+            panic!("refused:\n{ok}\n{err}");
+        }
+    }
+    let err = parse(&format!(
+        "{MINIMAL}[ui]\nlisten = \"0.0.0.0:9400\"\ntoken = \"{token}\"\n"
+    ))
+    .unwrap_err();
+    assert_error(
+        &err,
+        "ui.listen",
+        12,
+        "the dashboard on `ui.listen` = 0.0.0.0:9400 is not on loopback and would be served over plain HTTP",
+    );
+    for way_out in [
+        "`ui.tls-cert-file` and `ui.tls-key-file`",
+        "`ui.behind-tls-proxy = true`",
+        "set `ui.allow-plain-http = true`",
+    ] {
+        assert!(err.to_string().contains(way_out), "{way_out}: {err}");
+    }
+    // The worker's /ui: its listener's TLS keys, and the same flag.
+    let err = parse(&format!(
+        "{MINIMAL}[telemetry]\nlisten = \"[::]:9464\"\nui = true\n[ui]\ntoken = \"{token}\"\n"
+    ))
+    .unwrap_err();
+    assert_error(
+        &err,
+        "telemetry.ui",
+        13,
+        "the dashboard on `telemetry.listen` = [::]:9464 is not on loopback and would be served over plain HTTP",
+    );
+    for way_out in [
+        "`telemetry.tls-cert-file` and `telemetry.tls-key-file`",
+        "`telemetry.behind-tls-proxy = true`",
+        "set `ui.allow-plain-http = true`",
+    ] {
+        assert!(err.to_string().contains(way_out), "{way_out}: {err}");
+    }
+}
+
+#[test]
+fn trusted_proxies_are_address_ranges_and_a_bad_one_names_the_file_the_key_and_the_value() {
+    let config = parse(&format!(
+        "{MINIMAL}[ui]\ntrusted-proxies = [\"10.0.0.0/8\", \"::1/128\"]\n"
+    ))
+    .unwrap();
+    assert_eq!(config.ui.trusted_proxies, ["10.0.0.0/8", "::1/128"]);
+    assert_eq!(parse(&config.to_toml()).unwrap(), config);
+    assert!(parse(MINIMAL).unwrap().ui.trusted_proxies.is_empty());
+    for (bad, says) in [
+        (
+            "10.0.0.0/33",
+            "found \"10.0.0.0/33\": the prefix length must be 0 to 32",
+        ),
+        (
+            "10.0.0.7",
+            "expected address ranges like \"10.0.0.0/8\" or \"::1/128\"",
+        ),
+        ("proxy.internal/32", "found \"proxy.internal/32\""),
+        ("10.1.0.0/8", "write the range's first address, 10.0.0.0/8"),
+    ] {
+        let text = format!(
+            "{MINIMAL}[ui]\nallow-actions = false\ntrusted-proxies = [\"::1/128\", \"{bad}\"]\n"
+        );
+        let err = parse(&text).unwrap_err();
+        assert_error(&err, "ui.trusted-proxies", 13, says);
+    }
 }

@@ -765,7 +765,7 @@ fn the_dashboard_is_read_only_by_default_and_its_token_is_never_shown() {
     assert_eq!(config.ui.listen.to_string(), "127.0.0.1:9400");
     assert_eq!(config.ui_token().unwrap(), None);
     let text = format!(
-        "{MINIMAL}[ui]\nallow-actions = true\nlisten = \"0.0.0.0:9400\"\ntoken = \"s3cr3t-ui-0123456789abcdef-0123456\"\n"
+        "{MINIMAL}[ui]\nallow-actions = true\nlisten = \"0.0.0.0:9400\"\nbehind-tls-proxy = true\ntoken = \"s3cr3t-ui-0123456789abcdef-0123456\"\n"
     );
     let config = parse(&text).unwrap();
     assert_eq!(

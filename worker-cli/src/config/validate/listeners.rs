@@ -1,6 +1,7 @@
 //! The HTTP listeners' keys (`[telemetry]` for `telemetry.listen`, `[ui]` for `ui.listen`):
 //! HTTPS files that exist, parse and belong together, `allowed-hosts` that are host names,
-//! dashboard tokens too long to guess, and no dashboard off loopback without one.
+//! `trusted-proxies` that are address ranges, dashboard tokens too long to guess, and no
+//! dashboard off loopback without one, nor over plain HTTP unless `ui.allow-plain-http`.
 
 use std::path::Path;
 
@@ -10,6 +11,7 @@ use rustls::sign::CertifiedKey;
 
 use super::{Invalid, bad};
 use crate::config::model::{Config, MIN_UI_TOKEN_CHARS};
+use crate::telemetry::TrustedProxies;
 
 /// Checks both listeners' keys and the dashboard's token.
 pub(super) fn check(config: &Config) -> Result<(), Invalid> {
@@ -41,7 +43,44 @@ pub(super) fn check(config: &Config) -> Result<(), Invalid> {
         ui.tls_key_file.as_deref(),
     )?;
     check_hosts("ui", &ui.allowed_hosts)?;
-    check_token(config)
+    TrustedProxies::parse(&ui.trusted_proxies)
+        .map_err(|why| bad(&["ui", "trusted-proxies"], why))?;
+    check_token(config)?;
+    check_plain_http(config)
+}
+
+/// A dashboard off loopback is served over HTTPS (its own TLS files, or a TLS proxy in front that
+/// `behind-tls-proxy` declares), or `ui.allow-plain-http` says plain HTTP is meant: otherwise its
+/// token and session cookies cross the network in the clear.
+fn check_plain_http(config: &Config) -> Result<(), Invalid> {
+    let (ui, telemetry) = (&config.ui, &config.telemetry);
+    if ui.allow_plain_http {
+        return Ok(());
+    }
+    let https = |cert: &Option<std::path::PathBuf>, behind: bool| cert.is_some() || behind;
+    let plain = [
+        (!ui.listen.ip().is_loopback() && !https(&ui.tls_cert_file, ui.behind_tls_proxy))
+            .then_some((["ui", "listen"], "ui", ui.listen)),
+        telemetry
+            .listen
+            .filter(|addr| {
+                telemetry.ui
+                    && !addr.ip().is_loopback()
+                    && !https(&telemetry.tls_cert_file, telemetry.behind_tls_proxy)
+            })
+            .map(|addr| (["telemetry", "ui"], "telemetry", addr)),
+    ];
+    match plain.into_iter().flatten().next() {
+        Some((path, table, addr)) => Err(bad(&path, plain_http_refusal(table, addr))),
+        None => Ok(()),
+    }
+}
+
+/// Why the dashboard on `table`'s `listen` = `addr` does not start, and the two ways out.
+fn plain_http_refusal(table: &str, addr: std::net::SocketAddr) -> String {
+    format!(
+        "the dashboard on `{table}.listen` = {addr} is not on loopback and would be served over plain HTTP, its token and session cookies in the clear: serve HTTPS (`{table}.tls-cert-file` and `{table}.tls-key-file`, or `{table}.behind-tls-proxy = true` with a TLS proxy in front), or set `ui.allow-plain-http = true` to serve plain HTTP anyway"
+    )
 }
 
 /// A dashboard token is long enough to be unguessable (`ui.token`, or the text of
