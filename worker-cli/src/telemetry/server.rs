@@ -604,6 +604,80 @@ mod tests {
         server.await.expect("the server stops");
     }
 
+    /// Sends a `/slow` request from 127.0.0.`from` for the client `forwarded` and waits until
+    /// the handler has it.
+    async fn hold_forwarded(
+        from: u8,
+        forwarded: &str,
+        addr: SocketAddr,
+        started: &mut mpsc::UnboundedReceiver<()>,
+    ) -> TcpStream {
+        let mut stream = connect_from(from, addr).await;
+        let head = format!(
+            "GET /slow HTTP/1.1\r\nHost: localhost\r\nX-Forwarded-For: {forwarded}\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.expect("sending");
+        tokio::time::timeout(SLACK, started.recv())
+            .await
+            .expect("the handler took the request within the deadline")
+            .expect("the app runs");
+        stream
+    }
+
+    async fn ask_forwarded(from: u8, addr: SocketAddr, path: &str, forwarded: &str) -> String {
+        let mut stream = connect_from(from, addr).await;
+        let head = format!(
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\nX-Forwarded-For: {forwarded}\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.expect("sending");
+        read_to_close(&mut stream, SLACK).await.expect("an answer")
+    }
+
+    /// Behind a trusted proxy each forwarded client gets one client's share and the proxy more
+    /// than one; an untrusted peer's forged header changes nothing.
+    #[tokio::test]
+    async fn a_trusted_proxys_requests_count_for_the_clients_it_forwards_for() {
+        let limits = Limits {
+            lifetime: Duration::from_secs(60),
+            ..small()
+        };
+        let (tx, mut started) = mpsc::unbounded_channel();
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("binding");
+        let addr = listener.local_addr().expect("an address");
+        let stop = CancellationToken::new();
+        let trusted = TrustedProxies::parse(&["127.0.0.1/32".to_owned()]).expect("a range");
+        let serving = Serving {
+            trusted: Arc::new(trusted),
+            ..serving(limits)
+        };
+        let server = tokio::spawn(serve(listener, slow_app(tx), serving, stop.clone()));
+        let mut held = Vec::new();
+        // Through the proxy (127.0.0.1), client A fills its share: its next request is refused
+        // (a probe still answered), client B's is taken: the proxy holds more than one share.
+        for _ in 0..limits.slots.per_peer {
+            held.push(hold_forwarded(1, "203.0.113.1", addr, &mut started).await);
+        }
+        let refused = ask_forwarded(1, addr, "/slow", "198.51.100.7, 203.0.113.1").await;
+        assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+        assert!(
+            refused
+                .ends_with("too many requests from your address at once: try again in a moment\n"),
+            "{refused}"
+        );
+        let probe = ask_forwarded(1, addr, "/healthz", "203.0.113.1").await;
+        assert!(probe.starts_with("HTTP/1.1 200 OK"), "{probe}");
+        held.push(hold_forwarded(1, "203.0.113.2", addr, &mut started).await);
+        // 127.0.0.2 is no proxy: its header naming client A (whose share is full) is ignored.
+        held.push(hold_forwarded(2, "203.0.113.1", addr, &mut started).await);
+        let refused = ask_forwarded(2, addr, "/slow", "203.0.113.4").await;
+        assert!(
+            refused.ends_with("only /healthz and /readyz are answered now\n"),
+            "{refused}"
+        );
+        stop.cancel();
+        server.await.expect("the server stops");
+    }
+
     #[tokio::test]
     async fn a_foreign_host_is_refused_on_every_path_and_a_missing_one_too() {
         let (addr, stop, server) = start(small()).await;

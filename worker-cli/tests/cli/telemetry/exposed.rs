@@ -1,6 +1,8 @@
 //! The listeners off loopback, through the binary: HTTPS with a certificate rotated under a
-//! running worker, the `Host` allow-list, failed sign-ins throttled per client address, tokens
-//! too short for `check`, and no token-less dashboard off loopback.
+//! running worker, the `Host` allow-list, failed sign-ins throttled per client address (behind
+//! trusted proxies, per forwarded client; a forged `X-Forwarded-For` changes nothing otherwise),
+//! audit lines naming the forwarded client, tokens too short for `check`, and no dashboard off
+//! loopback without a token, nor over plain HTTP without `ui.allow-plain-http`.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -212,20 +214,28 @@ async fn the_dashboard_throttles_failed_sign_ins_per_address_and_answers_its_all
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let csrf = csrf(&page);
-    let sign_in = |from: u8, token: &str| {
-        client_from(from)
+    let sign_in_as = |from: u8, forwarded: Option<String>, token: &str| {
+        let mut request = client_from(from)
             .post(&login)
             .header("content-type", "application/x-www-form-urlencoded")
-            .body(format!("csrf={csrf}&token={token}"))
-            .send()
+            .body(format!("csrf={csrf}&token={token}"));
+        if let Some(forwarded) = forwarded {
+            request = request.header("x-forwarded-for", forwarded);
+        }
+        request.send()
     };
+    let sign_in = |from: u8, token: &str| sign_in_as(from, None, token);
 
-    // Five wrong tokens from one address, then even the right one is refused for a while.
+    // Five wrong tokens from one address, then even the right one is refused for a while;
+    // without `ui.trusted-proxies` a forged X-Forwarded-For (another each time) changes nothing.
     for n in 0..5 {
-        let refused = sign_in(1, "wrong").await.expect("POST");
+        let forged = Some(format!("203.0.113.{n}"));
+        let refused = sign_in_as(1, forged, "wrong").await.expect("POST");
         assert_eq!(refused.status(), StatusCode::UNAUTHORIZED, "attempt {n}");
     }
-    let throttled = sign_in(1, TOKEN).await.expect("POST");
+    let throttled = sign_in_as(1, Some("198.51.100.1".to_owned()), TOKEN)
+        .await
+        .expect("POST");
     assert_eq!(throttled.status(), StatusCode::TOO_MANY_REQUESTS);
     let retry_after: u64 = throttled
         .headers()
@@ -403,5 +413,233 @@ async fn a_token_less_dashboard_off_loopback_does_not_start() {
         text(&out.stdout).contains("# configuration: valid"),
         "{}",
         text(&out.stderr)
+    );
+}
+
+/// Behind a trusted proxy (`ui.trusted-proxies`, here 127.0.0.1) each client the proxy forwards
+/// for is throttled on its own and named in audit lines; a peer that is no proxy (127.0.0.2)
+/// forges a header in vain.
+#[tokio::test]
+async fn behind_a_trusted_proxy_each_forwarded_client_is_throttled_and_audited_on_its_own() {
+    let scratch = Scratch::new();
+    let port = reserve_port();
+    let topic = unique("cli-proxied");
+    let text = config(&unique("cli-proxied-group"), &topic, "handler = \"noop\"").replace(
+        "[dlq]",
+        &format!(
+            "[ui]\nlisten = \"127.0.0.1:{port}\"\ntoken = \"{TOKEN}\"\nallow-actions = true\ntrusted-proxies = [\"127.0.0.1/32\", \"10.0.0.0/8\"]\n\n[dlq]"
+        ),
+    );
+    let cfg = scratch.write("worker.toml", &text);
+    let cfg = cfg.to_str().expect("utf-8 path");
+    assert_ok(
+        &share_worker(&["setup", "--config", cfg], &[]).await,
+        "setup",
+    );
+    let log = scratch.0.join("ui.log");
+    let _ui = spawn(&["ui", "--config", cfg], &log);
+    let base = format!("http://127.0.0.1:{port}");
+    let login = format!("{base}/ui/login");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let page = loop {
+        if let Ok((200, page)) = get(&client_from(1), &login, None).await {
+            break page;
+        }
+        assert!(Instant::now() < deadline, "the dashboard never listened");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let csrf = csrf(&page);
+    let sign_in = |from: u8, forwarded: &str, token: &str| {
+        client_from(from)
+            .post(&login)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("x-forwarded-for", forwarded.to_owned())
+            .body(format!("csrf={csrf}&token={token}"))
+            .send()
+    };
+
+    // Client A, through the proxy (what A wrote itself is left of what the proxies appended),
+    // locks itself out.
+    for n in 0..5 {
+        let forged = format!("192.0.2.{n}, 203.0.113.1, 10.1.2.3");
+        let refused = sign_in(1, &forged, "wrong").await.expect("POST");
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED, "attempt {n}");
+    }
+    let throttled = sign_in(1, "203.0.113.1", TOKEN).await.expect("POST");
+    assert_eq!(throttled.status(), StatusCode::TOO_MANY_REQUESTS);
+    let bearer = client_from(1)
+        .get(format!("{base}/ui"))
+        .bearer_auth(TOKEN)
+        .header("x-forwarded-for", "203.0.113.1")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(bearer.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Client B, through the same proxy, is not locked out; nor is the proxy itself.
+    let signed_in = sign_in(1, "203.0.113.2", TOKEN).await.expect("POST");
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    let direct = client_from(1)
+        .get(format!("{base}/ui"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(direct.status(), StatusCode::OK);
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        logged
+            .lines()
+            .any(|l| l.contains("a sign-in with a wrong token")
+                && l.contains("203.0.113.1 via 127.0.0.1:")),
+        "{logged}"
+    );
+
+    // 127.0.0.2 is no proxy: naming another client each time, it still locks out itself only.
+    for n in 0..5 {
+        let forged = format!("203.0.113.{}", 10 + n);
+        let refused = sign_in(2, &forged, "wrong").await.expect("POST");
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED, "attempt {n}");
+    }
+    let throttled = sign_in(2, "203.0.113.99", TOKEN).await.expect("POST");
+    assert_eq!(throttled.status(), StatusCode::TOO_MANY_REQUESTS);
+    let other = sign_in(1, "203.0.113.10", TOKEN).await.expect("POST");
+    assert_eq!(
+        other.status(),
+        StatusCode::SEE_OTHER,
+        "a forged name locked nobody out"
+    );
+
+    // An action's audit line names the forwarded client (and the proxy it came through).
+    let act = |from: u8, forwarded: &str| {
+        client_from(from)
+            .post(format!("{base}/ui/dlq/{topic}.dlq/act"))
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("x-forwarded-for", forwarded.to_owned())
+            .body(format!("csrf={csrf}&action=skip&scope=selected&letter=0:0"))
+            .send()
+    };
+    let accepted = act(1, "198.51.100.23, 10.9.9.9").await.expect("POST");
+    assert_eq!(accepted.status(), StatusCode::SEE_OTHER);
+    let started = |logged: &str, client: &str| {
+        logged
+            .lines()
+            .any(|l| l.contains("dashboard action started") && l.contains(client))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        if started(&logged, "\"198.51.100.23 via 127.0.0.1:") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no audit line naming 198.51.100.23:\n{logged}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // From a peer that is no proxy (127.0.0.3) the line names the peer, whatever the header
+    // says.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        // One action at a time: the first may still be running.
+        let answer = act(3, "198.51.100.24").await.expect("POST");
+        if answer.status() == StatusCode::SEE_OTHER {
+            break;
+        }
+        assert_eq!(answer.status(), StatusCode::CONFLICT);
+        assert!(Instant::now() < deadline, "the first action never finished");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        if started(&logged, "\"127.0.0.3:") {
+            assert!(!logged.contains("198.51.100.24"), "{logged}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no audit line naming 127.0.0.3:\n{logged}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Off loopback, a dashboard over plain HTTP does not start unless `ui.allow-plain-http` says
+/// so; the error names the address and both ways out.
+#[tokio::test]
+async fn a_dashboard_off_loopback_over_plain_http_starts_only_with_allow_plain_http() {
+    let scratch = Scratch::new();
+    let base = config(
+        &unique("cli-plain-group"),
+        &unique("cli-plain"),
+        "handler = \"noop\"",
+    );
+    let port = reserve_port();
+    let standalone = format!("[ui]\nlisten = \"0.0.0.0:{port}\"\ntoken = \"{TOKEN}\"\n");
+    let ui = scratch.write(
+        "ui.toml",
+        &base.replace("[dlq]", &format!("{standalone}\n[dlq]")),
+    );
+    let embedded = scratch.write(
+        "run.toml",
+        &base.replace(
+            "[dlq]",
+            &format!("[telemetry]\nlisten = \"0.0.0.0:0\"\nui = true\n\n[ui]\ntoken = \"{TOKEN}\"\n\n[dlq]"),
+        ),
+    );
+    for (command, cfg, key, table, listen) in [
+        ("ui", &ui, "ui.listen", "ui", format!("0.0.0.0:{port}")),
+        (
+            "run",
+            &embedded,
+            "telemetry.ui",
+            "telemetry",
+            "0.0.0.0:0".to_owned(),
+        ),
+    ] {
+        let started = Instant::now();
+        let out = share_worker(
+            &[command, "--config", cfg.to_str().expect("utf-8 path")],
+            &[],
+        )
+        .await;
+        assert!(!out.status.success(), "{command} started");
+        let stderr = text(&out.stderr);
+        for says in [
+            format!("`{key}`"),
+            format!(
+                "the dashboard on `{table}.listen` = {listen} is not on loopback and would be served over plain HTTP"
+            ),
+            format!("`{table}.tls-cert-file` and `{table}.tls-key-file`"),
+            format!("`{table}.behind-tls-proxy = true`"),
+            "set `ui.allow-plain-http = true`".to_owned(),
+        ] {
+            assert!(stderr.contains(&says), "{command}: {says:?} in {stderr}");
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{command}");
+    }
+    // With the flag it starts, and warns.
+    let allowed = scratch.write(
+        "allowed.toml",
+        &base.replace(
+            "[dlq]",
+            &format!("{standalone}allow-plain-http = true\n\n[dlq]"),
+        ),
+    );
+    let log = scratch.0.join("allowed.log");
+    let _ui = spawn(
+        &["ui", "--config", allowed.to_str().expect("utf-8 path")],
+        &log,
+    );
+    let login = format!("http://127.0.0.1:{port}/ui/login");
+    until_ok(&client_from(1), &login, Duration::from_secs(60)).await;
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        logged.contains(&format!(
+            "the dashboard on 0.0.0.0:{port} is served over plain HTTP (ui.allow-plain-http)"
+        )),
+        "{logged}"
     );
 }
