@@ -230,7 +230,7 @@ fn a_dashboard_off_loopback_needs_https_or_allow_plain_http_and_one_on_loopback_
     for ok in [
         // Loopback: plain HTTP is fine.
         format!("[ui]\nlisten = \"127.0.0.1:9400\"\ntoken = \"{token}\"\n"),
-        format!("[telemetry]\nlisten = \"[::1]:9464\"\nui = true\n"),
+        "[telemetry]\nlisten = \"[::1]:9464\"\nui = true\n".to_owned(),
         // Its own TLS, a TLS proxy in front, or plain HTTP said out loud.
         format!(
             "[ui]\nlisten = \"0.0.0.0:9400\"\ntoken = \"{token}\"\ntls-cert-file = \"{cert}\"\ntls-key-file = \"{key}\"\n"
