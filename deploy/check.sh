@@ -74,7 +74,8 @@ refused() {
 refused "keda.enabled needs a scaler" --set keda.enabled=true
 refused "serviceMonitor.enabled needs service.enabled" --set serviceMonitor.enabled=true --set service.enabled=false
 refused "config: the worker's TOML" --set config=
-scaler=(--set scaler.enabled=true)
+refused "scaler.enabled needs scaler.tls.existingSecret (TLS), or scaler.allowPlaintext: true" --set scaler.enabled=true
+scaler=(--set scaler.enabled=true --set scaler.allowPlaintext=true)
 refused "scaler.healthPort must differ from scaler.port" "${scaler[@]}" --set scaler.healthPort=9090
 refused "scaler.tls.clientCa needs scaler.tls.existingSecret" "${scaler[@]}" --set scaler.tls.clientCa=true
 refused "scaler.tls.clientCa needs keda.authenticationRef" "${scaler[@]}" --set keda.enabled=true \

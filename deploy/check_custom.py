@@ -90,6 +90,8 @@ def check_deployment(doc):
         port = int(health.rsplit(":", 1)[1])
         if port == int(args["--listen"].rsplit(":", 1)[1]):
             raise Failed(f"Deployment {name}: the health listener on the gRPC port")
+        if "--tls-cert" not in args and "--allow-plaintext" not in container["args"]:
+            raise Failed(f"Deployment {name}: the scaler off loopback without TLS needs --allow-plaintext")
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             grpc = container.get(probe, {}).get("grpc")
             if grpc is None or grpc["port"] != port:
