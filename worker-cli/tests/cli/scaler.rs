@@ -278,20 +278,6 @@ async fn kedas_client_scales_on_the_share_group_backlog_from_zero() {
     let _ = stream.kill().await;
 }
 
-/// `share-worker ARGS` in the background with `RUST_LOG` set, its stderr to `log`.
-fn spawn_logging(args: &[&str], rust_log: &str, log: &std::path::Path) -> tokio::process::Child {
-    let stderr = std::fs::File::create(log).expect("a log file");
-    Command::new(BIN)
-        .args(args)
-        .env("RUST_LOG", rust_log)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("starting share-worker")
-}
-
 /// A group `share-worker setup` made known to the cluster (with its configs), on `topic`.
 async fn known_group(scratch: &Scratch, group: &str, topic: &str) -> PathBuf {
     let cfg = scratch.write(
@@ -481,9 +467,9 @@ async fn a_thousand_streams_cost_one_read_per_group_per_second_and_random_names_
     let cfg = cfg.to_str().expect("utf-8 path");
     let addr = format!("127.0.0.1:{}", reserve_port());
     let log = scratch.0.join("scaler.log");
-    let scaler = spawn_logging(
+    let scaler = spawn_with_env(
         &["scaler", "--config", cfg, "--listen", &addr],
-        "info,worker_scaler=debug",
+        &[("RUST_LOG", "info,worker_scaler=debug")],
         &log,
     );
     wait_logged(

@@ -43,9 +43,15 @@ impl Drop for Scratch {
 
 /// `share-worker ARGS` in the background, its stderr to `log`; killed when dropped.
 pub(crate) fn spawn(args: &[&str], log: &Path) -> Child {
+    spawn_with_env(args, &[], log)
+}
+
+/// [`spawn`] with `env` added to the binary's environment.
+pub(crate) fn spawn_with_env(args: &[&str], env: &[(&str, &str)], log: &Path) -> Child {
     let stderr = std::fs::File::create(log).expect("a log file");
     Command::new(BIN)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr)
