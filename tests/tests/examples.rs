@@ -211,7 +211,9 @@ async fn the_sms_worker_sends_every_valid_message_and_dead_letters_the_rest() ->
     let jobs = demo_jobs(JOBS);
     let (admin, topic, group) = prepared("sms", &[]).await?;
     let delay_topic = format!("{topic}.delay");
-    admin.create_topic(&delay_topic, 1, 1).await?;
+    for delay in DelayTopic::default().tiers(&topic, &group) {
+        admin.create_topic(&delay, 1, 1).await?;
+    }
     let producer = JobProducer::builder(tests::bootstrap()).build()?;
     enqueue_demo(&producer, &topic, &jobs).await?;
     let gateway = FakeGateway::new(Duration::from_millis(20), Duration::from_millis(300));

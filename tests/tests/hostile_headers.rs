@@ -19,18 +19,19 @@ use worker_core::kafka::{Admin, DelayTopics, KafkaSource};
 use worker_core::produce::JobProducer;
 use worker_core::{Job, Outcome, Worker};
 
-/// A topic with its delay and dead-letter topics, and a group reading from the start.
+/// A topic with its delay topics (every tier) and dead-letter topic, and a group reading from the
+/// start.
 async fn prepared(name: &str) -> anyhow::Result<(Admin, String, String)> {
     let admin = Admin::connect(tests::bootstrap())
         .await
         .context("connecting to the broker")?;
     let topic = unique(name);
     let group = unique(&format!("{name}-group"));
-    for t in [
-        topic.clone(),
-        format!("{topic}.delay"),
-        format!("{topic}.dlq"),
-    ] {
+    let delay = DelayTopic::default().tiers(&topic, &group);
+    for t in [topic.clone(), format!("{topic}.dlq")]
+        .into_iter()
+        .chain(delay)
+    {
         admin.create_topic(&t, 1, 1).await?;
     }
     admin
@@ -229,9 +230,10 @@ async fn forged_delay_topic_headers_land_in_the_route_s_dead_letters_and_the_wor
     Ok(())
 }
 
-/// Five hundred records due in ten days written straight to the delay topic do not make a real
-/// job, delayed 20 s through the same delay topic, late by more than the stated bound: one pass
-/// through the flood plus a rest beyond `max_hold` (here under `max_hold`, so 2 s at most).
+/// Five hundred records due in ten days written straight to the nearest delay topic do not make a
+/// real job, delayed 20 s through the same topic, late: the worker moves each to the farthest tier
+/// the first time it reads it, so the real job is read through a short topic and held from
+/// `max_hold` before it is due (2 s late at most).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_far_records_in_the_delay_topic_does_not_make_a_real_job_late()
 -> anyhow::Result<()> {

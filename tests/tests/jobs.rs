@@ -33,7 +33,9 @@ async fn prepared(name: &str, partitions: i32) -> anyhow::Result<(Admin, String,
     let topic = unique(name);
     let group = unique(&format!("{name}-group"));
     admin.create_topic(&topic, partitions, 1).await?;
-    admin.create_topic(&format!("{topic}.delay"), 1, 1).await?;
+    for delay in DelayTopic::default().tiers(&topic, &group) {
+        admin.create_topic(&delay, 1, 1).await?;
+    }
     admin.create_topic(&format!("{topic}.dlq"), 1, 1).await?;
     admin
         .set_group_config(&group, "share.auto.offset.reset", "earliest")

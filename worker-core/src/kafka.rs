@@ -29,7 +29,7 @@ use crate::{Error, ErrorKind, Result};
 
 /// Subscribes a [`KafkaSource`] to the delay topics of its topics.
 pub trait DelayTopics {
-    /// Also subscribes to the delay topic of every topic ([`DelayTopic::render`] with the
+    /// Also subscribes to the delay topics of every topic ([`DelayTopic::tiers`] with the
     /// builder's group), worked out when the source is built: what a worker with a delay sink
     /// ([`WorkerBuilder::delay`](crate::WorkerBuilder::delay)) needs, since the records it moves
     /// come back through them.
@@ -38,7 +38,7 @@ pub trait DelayTopics {
 
 impl DelayTopics for KafkaSourceBuilder {
     fn delay_topics(self, delay: DelayTopic) -> Self {
-        self.derived_topics(move |topic, group| delay.render(topic, group))
+        self.derived_topics(move |topic, group| delay.tiers(topic, group))
     }
 }
 

@@ -161,7 +161,7 @@ pub struct KafkaSourceBuilder {
 }
 
 /// Names the topic that goes with a topic of a group.
-type DerivedTopic = Arc<dyn Fn(&str, &str) -> String + Send + Sync>;
+type DerivedTopic = Arc<dyn Fn(&str, &str) -> Vec<String> + Send + Sync>;
 
 impl fmt::Debug for KafkaSourceBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -181,15 +181,15 @@ impl KafkaSourceBuilder {
         }
     }
 
-    /// For every topic, also subscribes to the topic `name(topic, group)` names, worked out when
-    /// the source is built (so it sees every [`topic`](Self::topic), before or after this call):
-    /// what a worker that moves records to delay topics needs, since they come back through them.
-    /// A name already subscribed is not added twice.
+    /// For every topic, also subscribes to the topics `names(topic, group)` names, worked out
+    /// when the source is built (so it sees every [`topic`](Self::topic), before or after this
+    /// call): what a worker that moves records to delay topics needs, since they come back
+    /// through them. A name already subscribed is not added twice.
     pub fn derived_topics(
         mut self,
-        name: impl Fn(&str, &str) -> String + Send + Sync + 'static,
+        names: impl Fn(&str, &str) -> Vec<String> + Send + Sync + 'static,
     ) -> Self {
-        self.derived = Some(Arc::new(name));
+        self.derived = Some(Arc::new(names));
         self
     }
 
@@ -270,15 +270,18 @@ impl KafkaSourceBuilder {
 
     /// Validates the configuration, connects and joins the group.
     pub async fn build(mut self) -> Result<super::KafkaSource> {
-        if let Some(name) = &self.derived {
+        if let Some(names) = &self.derived {
             let derived: Vec<String> = self
                 .config
                 .topics
                 .iter()
-                .map(|topic| name(topic, &self.config.group))
-                .filter(|topic| !self.config.topics.contains(topic))
+                .flat_map(|topic| names(topic, &self.config.group))
                 .collect();
-            self.config.topics.extend(derived);
+            for topic in derived {
+                if !self.config.topics.contains(&topic) {
+                    self.config.topics.push(topic);
+                }
+            }
         }
         super::KafkaSource::connect(self.config).await
     }

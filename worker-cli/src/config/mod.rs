@@ -214,13 +214,13 @@ impl Config {
         .security(self.security()?))
     }
 
-    /// The delay topics of the routes (empty without `[delay]`).
+    /// The delay topics of the routes, every tier of each (empty without `[delay]`).
     pub fn delay_topics(&self) -> Vec<String> {
         let Some(template) = self.delay_template() else {
             return Vec::new();
         };
         self.topics()
-            .map(|topic| template.render(topic, &self.worker.group))
+            .flat_map(|topic| template.tiers(topic, &self.worker.group))
             .collect()
     }
 

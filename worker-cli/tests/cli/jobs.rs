@@ -1,8 +1,9 @@
-//! Delayed and rate-limited jobs through the binary: `setup` creates the delay topic, `produce
+//! Delayed and rate-limited jobs through the binary: `setup` creates the delay topics, `produce
 //! --key --delay` enqueues, `run` with a `[delay]` table and a route's `rate-per-key` runs them no
-//! earlier and one per second for their key.
+//! earlier and one per second for their key; a flood due in days never makes jobs due in seconds
+//! late.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::support::*;
 
@@ -31,11 +32,13 @@ async fn produce_delay_and_key_meet_run_s_delay_topic_and_rate_per_key() {
     let cfg = cfg.to_str().expect("utf-8 path");
     let out = share_worker(&["setup", "--config", cfg], &[]).await;
     assert_ok(&out, "setup");
-    assert!(
-        text_of(&out).contains(&format!("topic {topic}.delay: created")),
-        "{}",
-        text_of(&out)
-    );
+    for tier in [".delay", ".delay.hours", ".delay.days"] {
+        assert!(
+            text_of(&out).contains(&format!("topic {topic}{tier}: created")),
+            "{}",
+            text_of(&out)
+        );
+    }
     let out = share_worker(&["check", "--config", cfg], &[]).await;
     assert_ok(&out, "check");
 
@@ -122,4 +125,94 @@ async fn produce_delay_and_key_meet_run_s_delay_topic_and_rate_per_key() {
 
 fn text_of(out: &std::process::Output) -> String {
     format!("{}{}", text(&out.stdout), text(&out.stderr))
+}
+
+/// 20,000 records due in ten days, enqueued ahead of three jobs due in 15 s: the flood is parked
+/// in the farthest delay topic and the three run when due. In one delay topic for every wait they
+/// stood behind the flood, which a worker reads through a fetch per second, and ran minutes late.
+#[tokio::test]
+async fn a_flood_due_in_days_never_makes_jobs_due_in_seconds_late() {
+    let scratch = Scratch::new();
+    let topic = unique("cli-delay-flood");
+    let group = unique("cli-delay-flood-group");
+    let ran = scratch.0.join("ran");
+    let route = format!(
+        "handler = \"exec\"\ncommand = [\"sh\", \"-c\", 'echo \"$(cat) $(date +%s%3N)\" >> {}']",
+        ran.display()
+    );
+    let text = format!(
+        "{}\n[delay]\nmax-hold = \"2s\"\n",
+        config(&group, &topic, &route).replace("concurrency = 8", "concurrency = 200")
+    );
+    let cfg = scratch.write("worker.toml", &text);
+    let cfg = cfg.to_str().expect("utf-8 path");
+    let out = share_worker(&["setup", "--config", cfg], &[]).await;
+    assert_ok(&out, "setup");
+    let bootstrap = bootstrap();
+    let out = share_worker(
+        &[
+            "produce",
+            "--bootstrap",
+            &bootstrap,
+            "--topic",
+            &topic,
+            "--count",
+            "20000",
+            "--size",
+            "16",
+            "--delay",
+            "240h",
+        ],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "produce");
+    let jobs = scratch.write("jobs.txt", "real-0\nreal-1\nreal-2");
+    let jobs = jobs.to_str().expect("utf-8 path").to_owned();
+    let due = now_ms() + 15_000;
+    let out = share_worker(
+        &[
+            "produce",
+            "--bootstrap",
+            &bootstrap,
+            "--topic",
+            &topic,
+            "--file",
+            &jobs,
+            "--delay",
+            "15s",
+        ],
+        &[],
+    )
+    .await;
+    assert_ok(&out, "produce");
+
+    let log = scratch.0.join("worker.log");
+    let worker = spawn(&["run", "--config", cfg], &log);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while lines_in(&ran) < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the three jobs did not run within 45 s of their due time: {:?}",
+            std::fs::read_to_string(&ran)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(terminate(worker).await.success());
+    let text = std::fs::read_to_string(&ran).expect("the jobs' lines");
+    for line in text.lines() {
+        let (job, at) = line.split_once(' ').expect("job and time");
+        let at: u128 = at.parse().expect("a time in ms");
+        assert!(job.starts_with("real-"), "only the real jobs ran: {text}");
+        // `due` was taken just before `produce` stamped theirs.
+        assert!(at + 100 >= due, "{job} ran {} ms early", due - at);
+        assert!(at <= due + 3_000, "{job} ran {} ms late", at - due);
+    }
+    let parked = records(&format!("{topic}.delay.days")).await.len();
+    assert!(parked >= 20_000, "{parked} records in {topic}.delay.days");
+    let near = records(&format!("{topic}.delay")).await;
+    assert!(
+        near.iter().all(|r| r.value_text().starts_with("real-")),
+        "only the real jobs wait in the nearest tier"
+    );
 }

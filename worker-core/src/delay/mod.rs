@@ -22,6 +22,15 @@
 //! held for `max_hold` and then written back to the end of the delay topic with the same
 //! not-before (a RELEASE would raise its delivery count towards the broker's archive).
 //!
+//! **Tiers.** A delay topic is read in offset order, not in due order, so a record that comes due
+//! is found by reading through the ones that are not. Each route therefore has one delay topic
+//! per [`Tier`] of due time: `{topic}.delay` keeps the records due within an hour,
+//! `{topic}.delay.hours` those due within a day and `{topic}.delay.days` the rest. A record is
+//! written to the tier its wait calls for, and one read from a tier its wait no longer calls for
+//! moves on to the right one at once. So records due in days never stand in front of one due in
+//! minutes: a pass over a tier need only be shorter than the reach of the tier below it (an hour
+//! for `.hours`, a day for `.days`) for every record to reach `{topic}.delay` in time.
+//!
 //! A handler sees a copy as what it is — [`Job::id`](crate::Job::id) names the delay topic, its
 //! partition and offset — with its key, value and headers as enqueued;
 //! [`Job::origin`](crate::Job::origin) names the record it was moved from (the same for every
@@ -38,6 +47,7 @@
 pub mod headers;
 
 use std::fmt::Debug;
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -47,10 +57,44 @@ use crate::{Error, ErrorKind, Result};
 
 pub use headers::{format_not_before, parse_not_before};
 
+/// A tier of a route's delay topics: the suffix its topic adds to the route's delay topic, and
+/// the longest wait of the records it keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tier {
+    /// Added to the route's delay topic (`""` for the nearest tier).
+    pub suffix: &'static str,
+    /// The records it keeps are due within this (and beyond the tier before it).
+    pub reach: Duration,
+}
+
+/// The tiers, nearest first (see the [module docs](self)).
+pub const TIERS: [Tier; 3] = [
+    Tier {
+        suffix: "",
+        reach: Duration::from_secs(60 * 60),
+    },
+    Tier {
+        suffix: ".hours",
+        reach: Duration::from_secs(24 * 60 * 60),
+    },
+    Tier {
+        suffix: ".days",
+        reach: Duration::MAX,
+    },
+];
+
+/// The tier (an index into [`TIERS`]) of a record due in `wait`.
+pub fn tier_of(wait: Duration) -> usize {
+    TIERS
+        .iter()
+        .position(|tier| wait <= tier.reach)
+        .unwrap_or(TIERS.len() - 1)
+}
+
 /// The delay topic name template: `{topic}` (the route's topic) and `{group}` (the share group).
-/// The default is `{topic}.delay`. Several share groups that read the same topic each need a
-/// delay topic of their own (`{topic}.{group}.delay`): a delay topic is consumed by every group
-/// subscribed to it.
+/// The default is `{topic}.delay`; the farther [`TIERS`] add their suffix to it. Several share
+/// groups that read the same topic each need delay topics of their own
+/// (`{topic}.{group}.delay`): a delay topic is consumed by every group subscribed to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DelayTopic {
     template: DlqTopic,
@@ -90,9 +134,23 @@ impl DelayTopic {
         self.template.template()
     }
 
-    /// The delay topic of `topic`'s route in `group`.
+    /// The nearest delay topic of `topic`'s route in `group`.
     pub fn render(&self, topic: &str, group: &str) -> String {
         self.template.render(topic, group)
+    }
+
+    /// The delay topic of `topic`'s route in `group` for tier `tier` (an index into [`TIERS`];
+    /// beyond it, the farthest).
+    pub fn render_tier(&self, topic: &str, group: &str, tier: usize) -> String {
+        let suffix = TIERS.get(tier).unwrap_or(&TIERS[TIERS.len() - 1]).suffix;
+        format!("{}{suffix}", self.render(topic, group))
+    }
+
+    /// Every delay topic of `topic`'s route in `group`, nearest first.
+    pub fn tiers(&self, topic: &str, group: &str) -> Vec<String> {
+        (0..TIERS.len())
+            .map(|tier| self.render_tier(topic, group, tier))
+            .collect()
     }
 }
 
@@ -166,5 +224,22 @@ mod tests {
         assert!(err.message().contains("{topic}"), "{err}");
         let err = DelayTopic::new("{topic} delay").expect_err("a space");
         assert!(err.message().contains("invalid delay topic"), "{err}");
+    }
+
+    #[test]
+    fn each_wait_has_the_nearest_tier_that_reaches_it() {
+        let hour = Duration::from_secs(3600);
+        assert_eq!(tier_of(Duration::ZERO), 0);
+        assert_eq!(tier_of(hour), 0);
+        assert_eq!(tier_of(hour + Duration::from_millis(1)), 1);
+        assert_eq!(tier_of(24 * hour), 1);
+        assert_eq!(tier_of(24 * hour + Duration::from_millis(1)), 2);
+        assert_eq!(tier_of(Duration::MAX), 2);
+        assert_eq!(
+            DelayTopic::default().tiers("sms", "g"),
+            ["sms.delay", "sms.delay.hours", "sms.delay.days"]
+        );
+        let per_group = DelayTopic::new("{topic}.{group}.delay").expect("valid");
+        assert_eq!(per_group.render_tier("sms", "g", 9), "sms.g.delay.days");
     }
 }

@@ -351,7 +351,7 @@ impl<S: ShareSource> WorkerBuilder<S> {
             let group = self.source.group().unwrap_or_default().to_owned();
             let template = delay.topic.clone();
             routes
-                .set_delay_topics(|topic| template.render(topic, &group))
+                .set_delay_topics(|topic| template.tiers(topic, &group))
                 .map_err(|why| Error::new(ErrorKind::Config, format!("`delay_topic`: {why}")))?;
         }
         Ok(Worker {

@@ -98,6 +98,9 @@ pub(crate) struct Arrival<'a> {
     pub(crate) not_before_text: Option<&'a str>,
     /// It came from a delay topic.
     pub(crate) from_delay: bool,
+    /// It came from the delay topic its wait calls for (see [`TIERS`](crate::delay::TIERS)):
+    /// one from another tier moves on to its own at once instead of being held there.
+    pub(crate) in_its_tier: bool,
 }
 
 /// Something that happened to a record.

@@ -46,16 +46,18 @@ pub(crate) type Shares = Arc<Mutex<Vec<(Arc<str>, usize)>>>;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Lookup {
     pub(crate) route: usize,
-    /// The topic is the route's delay topic.
+    /// The topic is one of the route's delay topics.
     pub(crate) from_delay: bool,
+    /// Which of them (an index into [`TIERS`](crate::delay::TIERS)); 0 for the route's topic.
+    pub(crate) tier: usize,
 }
 
 /// One topic's service and its queue of fetched records.
 #[derive(Debug)]
 struct RouteEntry<Svc> {
     topic: Arc<str>,
-    /// Its delay topic, when the worker moves long waits there.
-    delay_topic: Option<Arc<str>>,
+    /// Its delay topics, nearest first, when the worker moves long waits there.
+    delay_topics: Vec<Arc<str>>,
     service: Svc,
     /// This route's job timeout, if it has its own.
     timeout: Option<Duration>,
@@ -142,12 +144,13 @@ impl<Svc> Routes<Svc> {
             Lookup {
                 route: self.routes.len(),
                 from_delay: false,
+                tier: 0,
             },
         );
         self.lanes |= limits.is_lane();
         self.routes.push(RouteEntry {
             topic,
-            delay_topic: None,
+            delay_topics: Vec::new(),
             service,
             timeout,
             limits,
@@ -189,28 +192,31 @@ impl<Svc> Routes<Svc> {
         self.routes.get(route).map(|r| r.limits).unwrap_or_default()
     }
 
-    /// Gives every route its delay topic, `name(topic)`; an error names a delay topic that is
-    /// some route's own topic.
+    /// Gives every route its delay topics, `names(topic)`, nearest first; an error names a delay
+    /// topic that is some route's own topic or another route's delay topic.
     pub(crate) fn set_delay_topics(
         &mut self,
-        name: impl Fn(&str) -> String,
+        names: impl Fn(&str) -> Vec<String>,
     ) -> std::result::Result<(), String> {
         for index in 0..self.routes.len() {
-            let delay: Arc<str> = Arc::from(name(&self.routes[index].topic));
-            if self.by_topic.contains_key(&delay) {
-                return Err(format!(
-                    "the delay topic of route `{}` is `{delay}`, which already has a route",
-                    self.routes[index].topic
-                ));
+            for (tier, delay) in names(&self.routes[index].topic).into_iter().enumerate() {
+                let delay: Arc<str> = Arc::from(delay);
+                if self.by_topic.contains_key(&delay) {
+                    return Err(format!(
+                        "the delay topic `{delay}` of route `{}` is already another route's topic or delay topic",
+                        self.routes[index].topic
+                    ));
+                }
+                self.by_topic.insert(
+                    delay.clone(),
+                    Lookup {
+                        route: index,
+                        from_delay: true,
+                        tier,
+                    },
+                );
+                self.routes[index].delay_topics.push(delay);
             }
-            self.by_topic.insert(
-                delay.clone(),
-                Lookup {
-                    route: index,
-                    from_delay: true,
-                },
-            );
-            self.routes[index].delay_topic = Some(delay);
         }
         Ok(())
     }
@@ -221,7 +227,7 @@ impl<Svc> Routes<Svc> {
             return Some("a route's topic");
         }
         (0..self.len())
-            .any(|route| self.delay_topic(route).is_some_and(|d| &**d == topic))
+            .any(|route| self.delay_topics(route).iter().any(|d| &**d == topic))
             .then_some("a delay topic")
     }
 
@@ -230,9 +236,9 @@ impl<Svc> Routes<Svc> {
         self.routes.get(route).map(|r| &r.topic)
     }
 
-    /// Route `route`'s delay topic, if it has one.
-    pub(crate) fn delay_topic(&self, route: usize) -> Option<&Arc<str>> {
-        self.routes.get(route).and_then(|r| r.delay_topic.as_ref())
+    /// Route `route`'s delay topics, nearest first (none without a delay sink).
+    pub(crate) fn delay_topics(&self, route: usize) -> &[Arc<str>] {
+        self.routes.get(route).map_or(&[], |r| &r.delay_topics)
     }
 
     /// Whether route `route` holds its full share (its topics are paused).

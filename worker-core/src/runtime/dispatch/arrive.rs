@@ -214,6 +214,7 @@ where
         let lookup = self.routes.route_for(&id.topic);
         let route = lookup.map(|lookup| lookup.route);
         let from_delay = lookup.is_some_and(|lookup| lookup.from_delay);
+        let tier = lookup.map_or(0, |lookup| lookup.tier);
         if !delivery.lock_duration.is_zero() {
             self.pace.shortest_lock = self.pace.shortest_lock.min(delivery.lock_duration);
         }
@@ -247,6 +248,7 @@ where
                 wait,
                 not_before_text: waits.not_before_text.as_deref(),
                 from_delay,
+                in_its_tier: wait.is_none_or(|wait| crate::delay::tier_of(wait) == tier),
             },
             self.paths.rules(self.config, now),
         );

@@ -202,8 +202,8 @@ struct Waits {
     latency: Vec<Duration>,
     /// Whether the delay topics are paused because `max_held` records are held.
     holds_full: bool,
-    /// Which routes' delay topics are paused at the source.
-    delay_paused: Vec<bool>,
+    /// Which delay topics (by route, then tier) are paused at the source.
+    delay_paused: Vec<[bool; crate::delay::TIERS.len()]>,
     /// The pace of writing far delay-topic records back.
     write_backs: write_backs::WriteBacks,
     /// The wall clock when the loop started, and the loop's clock then: not-before times are
@@ -312,7 +312,7 @@ where
                 delayed: 0,
                 latency: vec![Duration::ZERO; route_count],
                 holds_full: false,
-                delay_paused: vec![false; route_count],
+                delay_paused: vec![[false; crate::delay::TIERS.len()]; route_count],
                 write_backs: write_backs::WriteBacks::new(route_count),
                 wall: (std::time::SystemTime::now(), Instant::now()),
             },

@@ -37,10 +37,10 @@ where
         );
         // Copies written to the delay topics from now on are for the next run: a fetch must not
         // bring them back only to release them.
-        for route in 0..self.waits.delay_paused.len() {
-            if let Some(topic) = self.routes.delay_topic(route).cloned() {
-                self.waits.delay_paused[route] = true;
-                self.source.pause(&topic, true);
+        for (route, paused) in self.waits.delay_paused.iter_mut().enumerate() {
+            for (topic, paused) in self.routes.delay_topics(route).iter().zip(paused) {
+                *paused = true;
+                self.source.pause(topic, true);
             }
         }
         for (key, _) in self.routes.drain() {

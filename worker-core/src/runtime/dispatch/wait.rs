@@ -11,7 +11,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 use tower::Service;
 
-use crate::delay::{DelayedRecord, headers};
+use crate::delay::{self, DelayedRecord, headers};
 use crate::fleet::{Fleet, FleetView, member};
 use crate::source::{Delivery, Header, ShareSource};
 use crate::{Error, Job, Outcome};
@@ -728,7 +728,6 @@ where
         unheld: bool,
         now: Instant,
     ) {
-        let group = self.group.clone().unwrap_or_else(|| "".into());
         let wall = self.waits.wall_clock(now);
         let Some(job) = self.slots.get_mut(key) else {
             return;
@@ -736,24 +735,22 @@ where
         let record = delivery
             .or_else(|| job.parked.take())
             .or_else(|| job.letter.clone());
-        let (Some(record), Some(route), Some(delay), Some(moves)) = (
-            record,
-            job.route,
-            self.config.delay.as_ref(),
-            self.paths.moves.as_mut(),
-        ) else {
-            tracing::error!(parent: &job.span, record = %job.id, "the record to move was not kept: releasing it");
-            self.step(key, Event::Refused, Duration::ZERO, now);
-            return;
-        };
-        let Some(route_topic) = self.routes.topic(route).cloned() else {
-            return;
-        };
         let not_before = match wait {
             MoveWait::For(wait) => wall.checked_add(wait),
             MoveWait::Kept => job.not_before,
         }
         .unwrap_or(wall);
+        let tier = delay::tier_of(not_before.duration_since(wall).unwrap_or_default());
+        let topic = job
+            .route
+            .and_then(|route| self.routes.delay_topics(route).get(tier).cloned());
+        let (Some(record), Some(route), Some(topic), Some(moves)) =
+            (record, job.route, topic, self.paths.moves.as_mut())
+        else {
+            tracing::error!(parent: &job.span, record = %job.id, "the record to move was not kept, or its route has no delay topic: releasing it");
+            self.step(key, Event::Refused, Duration::ZERO, now);
+            return;
+        };
         let (origin_topic, origin_partition, origin_offset) = match &job.origin {
             Some(origin) => (origin.topic.clone(), origin.partition, origin.offset),
             None => (job.id.topic.clone(), job.id.partition, job.id.offset),
@@ -774,23 +771,22 @@ where
             text(headers::ORIGIN_PARTITION, origin_partition.to_string()),
             text(headers::ORIGIN_OFFSET, origin_offset.to_string()),
         ]);
-        let topic = delay.topic.render(&route_topic, &group);
-        let write_back = reason == MoveReason::NotBefore && *job.id.topic == *topic;
+        let write_back = reason == MoveReason::NotBefore && job.id.topic == topic;
         tracing::debug!(parent: &job.span, record = %job.id, delay_topic = %topic, reason = reason.as_str(), "moving the record to the delay topic");
         moves.write(
             key,
             DelayedRecord {
-                topic,
+                topic: topic.to_string(),
                 key: record.key,
                 value: record.value,
                 headers: record_headers,
             },
         );
-        if write_back && unheld && self.waits.write_backs.wrote_back(route, now) {
+        if write_back && unheld && self.waits.write_backs.wrote_back((route, tier), now) {
             tracing::debug!(
-                topic = %route_topic,
+                %topic,
                 rest = ?write_backs::REST,
-                "a far record was written back unheld: resting the route's delay topic"
+                "a far record was written back unheld: resting the delay topic"
             );
             self.sync_delay_pause(route);
         }
@@ -918,24 +914,23 @@ where
         }
     }
 
-    /// Pauses or resumes route `route`'s delay topic: paused while the route holds its full
-    /// share, while `max_held` records are held, while its write-backs rest, and from the start
-    /// of shutdown.
+    /// Pauses or resumes route `route`'s delay topics: paused while the route holds its full
+    /// share, while `max_held` records are held and from the start of shutdown; each tier also
+    /// while its write-backs rest.
     pub(super) fn sync_delay_pause(&mut self, route: usize) {
-        let paused = self.routes.is_full(route)
+        let all = self.routes.is_full(route)
             || self.control.pauses(route)
             || self.waits.holds_full
-            || self.waits.write_backs.resting(route)
             || self.paths.stopping.is_some();
-        let (Some(topic), Some(was)) = (
-            self.routes.delay_topic(route).cloned(),
-            self.waits.delay_paused.get_mut(route),
-        ) else {
+        let Some(was) = self.waits.delay_paused.get_mut(route) else {
             return;
         };
-        if *was != paused {
-            *was = paused;
-            self.source.pause(&topic, paused);
+        for (tier, (topic, was)) in self.routes.delay_topics(route).iter().zip(was).enumerate() {
+            let paused = all || self.waits.write_backs.resting((route, tier));
+            if *was != paused {
+                *was = paused;
+                self.source.pause(topic, paused);
+            }
         }
     }
 }

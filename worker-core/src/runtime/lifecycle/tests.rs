@@ -87,6 +87,7 @@ fn arrive(
             wait: None,
             not_before_text: None,
             from_delay: false,
+            in_its_tier: false,
         },
         r,
     )
@@ -98,7 +99,7 @@ pub(super) fn arrive_later(wait: Duration, delivery: u16, r: Rules<'_, Ms>) -> (
     arrive_later_from(wait, delivery, false, r)
 }
 
-/// [`arrive_later`], read from a delay topic when `from_delay`.
+/// [`arrive_later`], read from a delay topic (the tier its wait calls for) when `from_delay`.
 pub(super) fn arrive_later_from(
     wait: Duration,
     delivery: u16,
@@ -114,6 +115,7 @@ pub(super) fn arrive_later_from(
             wait: Some(wait),
             not_before_text: Some("2026-12-24T18:00:00Z"),
             from_delay,
+            in_its_tier: from_delay,
         },
         r,
     )

@@ -5,7 +5,9 @@
 //!   later is dead-lettered at once (reason `not_before`, the header's value in the error), so a
 //!   producer cannot park records in the worker or the delay topic for ever. A record due within
 //!   `max_hold` is held (`Delayed`, its lock renewed) if `max_held` leaves room; otherwise, with
-//!   a delay sink, it is moved to the delay topic. A delay-topic record not due within
+//!   a delay sink, it is moved to the delay topic of the tier its wait calls for (see
+//!   `delay::TIERS`). A delay-topic record read from another tier than its wait calls for moves
+//!   there at once. One in its tier and not due within
 //!   `max_hold` is held for `max_hold` and then written back, so that a worker does not spin
 //!   through far-away records, but only while under half of `max_held` is held: the other half
 //!   stays for records that come due, and a far record beyond it is written back at once (the
@@ -187,7 +189,7 @@ impl<T: Copy + PartialOrd + Add<Duration, Output = T>> Life<T> {
             };
             return Step::default().effect(Effect::Wait).fact(Fact::Delayed);
         }
-        if rules.delay_sink && arrival.from_delay && rules.can_hold_far {
+        if rules.delay_sink && arrival.from_delay && arrival.in_its_tier && rules.can_hold_far {
             // Far away: look again after a hold, then write it back.
             self.phase = Phase::Delayed {
                 until: rules.now + rules.max_hold,

@@ -268,3 +268,156 @@ async fn a_flood_of_far_delay_records_does_not_make_a_due_job_late() {
         "{copies} records in the delay topic: the write-backs spin"
     );
 }
+
+/// A flood of 20,000 records due in ten days, enqueued on the route ahead of three real jobs due
+/// in two minutes: the flood is parked in the farthest delay topic (`jobs.delay.days`), the real
+/// jobs in the nearest, and they run when due. With one delay topic for every wait they stood
+/// behind the whole flood, each pass over it taking longer than `max_hold`, and ran minutes late.
+#[tokio::test(start_paused = true)]
+async fn a_flood_due_in_days_is_parked_apart_and_jobs_due_in_minutes_run_on_time() {
+    let broker = MemoryBroker::builder()
+        .lock_duration(Duration::from_secs(5))
+        .fetch_wait(Duration::from_millis(50))
+        .build();
+    let flood = 20_000;
+    let far = later(Duration::from_secs(10 * 24 * 3_600));
+    for i in 0..flood {
+        broker.produce_record(
+            "jobs",
+            ProducedRecord::new(format!("far-{i}")).header(headers::NOT_BEFORE, far.clone()),
+        );
+    }
+    let due = Duration::from_secs(120);
+    for i in 0..3 {
+        broker.produce_record(
+            "jobs",
+            ProducedRecord::new(format!("real-{i}")).header(headers::NOT_BEFORE, later(due)),
+        );
+    }
+    let ran: Ran = Arc::default();
+    let start = Instant::now();
+    let worker = Worker::builder(broker.member("a"))
+        .route("jobs", handler(recording(ran.clone(), start)))
+        .delay(broker.clone())
+        .max_hold(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let r = ran.clone();
+    run_until(
+        worker,
+        Duration::from_secs(600),
+        "the real jobs",
+        move || r.lock().unwrap().len() >= 3,
+    )
+    .await;
+    let ran = ran.lock().unwrap().clone();
+    assert_eq!(ran.len(), 3, "only the real jobs ran: {ran:?}");
+    for (value, at) in &ran {
+        assert!(value.starts_with("real-"), "{value} ran");
+        assert!(
+            *at >= due - Duration::from_millis(500) && *at <= due + Duration::from_secs(2),
+            "{value} ran at {at:?}, due at {due:?}"
+        );
+    }
+    // The flood is offsets 0..20,000 of the route, the real jobs the three after.
+    let parked = |topic: &str, real: bool| {
+        origin_offsets(&broker, topic)
+            .filter(|offset| (*offset >= flood as i64) == real)
+            .count()
+    };
+    assert_eq!(
+        parked("jobs.delay", false),
+        0,
+        "no far record in the near tier"
+    );
+    assert_eq!(parked("jobs.delay.hours", false), 0);
+    assert!(parked("jobs.delay.days", false) >= flood);
+    // The real jobs wait in the nearest tier, written back at most once per rest each (the far
+    // records hold the half of `max_held` a far record may take).
+    let near = parked("jobs.delay", true);
+    assert!(
+        (3..=3 * 130).contains(&near),
+        "{near} copies of the real jobs"
+    );
+}
+
+/// The route offset each copy in delay topic `topic` was moved from.
+fn origin_offsets(broker: &MemoryBroker, topic: &str) -> impl Iterator<Item = i64> {
+    let topic = topic.to_owned();
+    let broker = broker.clone();
+    broker
+        .records(&topic)
+        .into_iter()
+        .filter_map(move |(partition, offset, _)| {
+            let headers = broker.record_headers(&topic, partition, offset)?;
+            let origin = headers
+                .iter()
+                .rev()
+                .find(|h| &*h.key == headers::ORIGIN_OFFSET)?;
+            std::str::from_utf8(origin.value.as_deref()?)
+                .ok()?
+                .parse()
+                .ok()
+        })
+}
+
+/// A job due in two hours waits in the hours tier, moves to the nearest tier within its last
+/// hour and runs when due. Meanwhile it is held for `max_hold` between write-backs: written about
+/// once a minute, not in a loop.
+#[tokio::test(start_paused = true)]
+async fn a_job_due_in_hours_comes_down_the_tiers_and_runs_when_due() {
+    let broker = MemoryBroker::builder()
+        .lock_duration(Duration::from_secs(5))
+        .fetch_wait(Duration::from_secs(10))
+        .build();
+    let due = Duration::from_secs(2 * 3_600);
+    broker.produce_record(
+        "jobs",
+        ProducedRecord::new("real").header(headers::NOT_BEFORE, later(due)),
+    );
+    // Woken by the handler: two hours of polling a condition would cost more than the test.
+    let (done, ran) = tokio::sync::oneshot::channel();
+    let done = Arc::new(Mutex::new(Some(done)));
+    let start = Instant::now();
+    let worker = Worker::builder(broker.member("a"))
+        .route(
+            "jobs",
+            handler(move |job: crate::Job| {
+                let value = job.payload().map(|p| p.to_vec()).unwrap_or_default();
+                if let Some(done) = done.lock().unwrap().take() {
+                    let _ = done.send((value, start.elapsed()));
+                }
+                std::future::ready(Outcome::Accept)
+            }),
+        )
+        .delay(broker.clone())
+        .max_hold(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let shutdown = worker.shutdown_handle();
+    let run = tokio::spawn(worker.run());
+    let (value, at) = tokio::time::timeout(due + Duration::from_secs(600), ran)
+        .await
+        .expect("the real job ran within ten minutes of its due time")
+        .expect("the handler kept its sender");
+    shutdown.shutdown();
+    run.await.expect("the worker task").expect("the worker");
+    let at = &at;
+    assert_eq!(value, b"real");
+    assert!(
+        *at >= due - Duration::from_millis(500) && *at <= due + Duration::from_secs(2),
+        "ran at {at:?}, due at {due:?}"
+    );
+    let copies = |topic: &str| origin_offsets(&broker, topic).count();
+    let (hours, near) = (copies("jobs.delay.hours"), copies("jobs.delay"));
+    // An hour in each tier, one copy per max_hold.
+    assert!(
+        (55..=65).contains(&hours),
+        "{hours} copies in the hours tier"
+    );
+    assert!(
+        (55..=65).contains(&near),
+        "{near} copies in the nearest tier"
+    );
+    assert_eq!(copies("jobs.delay.days"), 0);
+}

@@ -152,6 +152,40 @@ fn a_far_delay_record_is_held_for_max_hold_then_written_back_never_released() {
 }
 
 #[test]
+fn a_delay_record_read_from_another_tier_moves_on_at_once_unless_it_is_due_within_max_hold() {
+    let p = policy();
+    let from_other_tier = |wait| {
+        Life::arrive(
+            Arrival {
+                attempt: 1,
+                delivery_count: 1,
+                undecodable: None,
+                routed: true,
+                wait: Some(wait),
+                not_before_text: Some("2026-12-24T18:00:00Z"),
+                from_delay: true,
+                in_its_tier: false,
+            },
+            delaying(&p),
+        )
+    };
+    // Not held for max_hold first, though there is room: it moves to its own tier now.
+    let (l, s) = from_other_tier(Duration::from_secs(60));
+    assert_eq!(l.phase, Phase::Moving(MoveReason::NotBefore));
+    assert_eq!(
+        effects(&s),
+        vec![Effect::Move {
+            reason: MoveReason::NotBefore,
+            attempts: 0,
+            wait: MoveWait::Kept
+        }]
+    );
+    // Due within max_hold, it is held where it is, as any record is.
+    let (l, _) = from_other_tier(Duration::from_secs(5));
+    assert_eq!(l.phase, Phase::Delayed { until: Ms(6_000) });
+}
+
+#[test]
 fn a_long_retry_moves_and_counts_its_attempt() {
     let p = policy();
     let retry = Outcome::retry_after(Duration::from_secs(120), "429");
@@ -205,6 +239,7 @@ fn a_copy_back_from_the_delay_topic_counts_the_attempts_it_used() {
                 wait: None,
                 not_before_text: None,
                 from_delay: true,
+                in_its_tier: true,
             },
             delaying(&p),
         )
