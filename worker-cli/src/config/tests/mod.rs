@@ -792,7 +792,10 @@ fn rate_limits_key_concurrency_and_delay_topics_are_read() {
         Some(Duration::from_secs(1))
     );
     assert_eq!(route.key_concurrency, Some(1));
-    assert_eq!(config.delay_topics(), ["t.delay"]);
+    assert_eq!(
+        config.delay_topics(),
+        ["t.delay", "t.delay.hours", "t.delay.days"]
+    );
     let delay = config.delay.as_ref().unwrap();
     assert_eq!(
         (delay.topic.as_str(), delay.max_hold),
@@ -839,7 +842,10 @@ fn rate_limits_key_concurrency_and_delay_topics_are_read() {
     );
     let per_group =
         parse(&(MINIMAL.to_owned() + "[delay]\ntopic = \"{topic}.{group}.delay\"\n")).unwrap();
-    assert_eq!(per_group.delay_topics(), ["t.g.delay"]);
+    assert_eq!(
+        per_group.delay_topics(),
+        ["t.g.delay", "t.g.delay.hours", "t.g.delay.days"]
+    );
 }
 
 #[test]
