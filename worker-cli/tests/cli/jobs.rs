@@ -16,22 +16,16 @@ fn now_ms() -> u128 {
 
 #[tokio::test]
 async fn produce_delay_and_key_meet_run_s_delay_topic_and_rate_per_key() {
-    let scratch = Scratch::new();
-    let topic = unique("cli-delayed");
-    let group = unique("cli-delayed-group");
+    let (scratch, topic, cfg, out) = delayed_route(
+        "cli-delayed",
+        "$SHARE_WORKER_KEY $SHARE_WORKER_DELIVERY_COUNT",
+        "rate-per-key = \"1/s\"\nburst-per-key = 1\nkey-concurrency = 1",
+        "max-hold = \"1s\"",
+        8,
+    )
+    .await;
     let ran = scratch.0.join("ran");
-    let route = format!(
-        "handler = \"exec\"\ncommand = [\"sh\", \"-c\", 'echo \"$SHARE_WORKER_KEY $SHARE_WORKER_DELIVERY_COUNT $(date +%s%3N)\" >> {}']\nrate-per-key = \"1/s\"\nburst-per-key = 1\nkey-concurrency = 1",
-        ran.display()
-    );
-    let text = format!(
-        "{}\n[delay]\nmax-hold = \"1s\"\n",
-        config(&group, &topic, &route)
-    );
-    let cfg = scratch.write("worker.toml", &text);
-    let cfg = cfg.to_str().expect("utf-8 path");
-    let out = share_worker(&["setup", "--config", cfg], &[]).await;
-    assert_ok(&out, "setup");
+    let cfg = cfg.as_str();
     for tier in [".delay", ".delay.hours", ".delay.days"] {
         assert!(
             text_of(&out).contains(&format!("topic {topic}{tier}: created")),
@@ -123,6 +117,36 @@ async fn produce_delay_and_key_meet_run_s_delay_topic_and_rate_per_key() {
     assert_eq!(count(&stats, "dlq"), 0, "{stats}");
 }
 
+/// A fresh topic and group with an exec route that appends `fields` and the time in ms to the
+/// scratch file `ran`, the route's `extra` keys and a `[delay]` table with `delay`; after `setup`,
+/// whose output it returns.
+async fn delayed_route(
+    name: &str,
+    fields: &str,
+    extra: &str,
+    delay: &str,
+    concurrency: u32,
+) -> (Scratch, String, String, std::process::Output) {
+    let scratch = Scratch::new();
+    let topic = unique(name);
+    let group = unique(&format!("{name}-group"));
+    let ran = scratch.0.join("ran");
+    let route = format!(
+        "handler = \"exec\"\ncommand = [\"sh\", \"-c\", 'echo \"{fields} $(date +%s%3N)\" >> {}']\n{extra}",
+        ran.display()
+    );
+    let text = format!(
+        "{}\n[delay]\n{delay}\n",
+        config(&group, &topic, &route)
+            .replace("concurrency = 8", &format!("concurrency = {concurrency}"))
+    );
+    let cfg = scratch.write("worker.toml", &text);
+    let cfg = cfg.to_str().expect("utf-8 path").to_owned();
+    let out = share_worker(&["setup", "--config", &cfg], &[]).await;
+    assert_ok(&out, "setup");
+    (scratch, topic, cfg, out)
+}
+
 fn text_of(out: &std::process::Output) -> String {
     format!("{}{}", text(&out.stdout), text(&out.stderr))
 }
@@ -132,22 +156,10 @@ fn text_of(out: &std::process::Output) -> String {
 /// stood behind the flood, which a worker reads through a fetch per second, and ran minutes late.
 #[tokio::test]
 async fn a_flood_due_in_days_never_makes_jobs_due_in_seconds_late() {
-    let scratch = Scratch::new();
-    let topic = unique("cli-delay-flood");
-    let group = unique("cli-delay-flood-group");
+    let (scratch, topic, cfg, _) =
+        delayed_route("cli-delay-flood", "$(cat)", "", "max-hold = \"2s\"", 200).await;
     let ran = scratch.0.join("ran");
-    let route = format!(
-        "handler = \"exec\"\ncommand = [\"sh\", \"-c\", 'echo \"$(cat) $(date +%s%3N)\" >> {}']",
-        ran.display()
-    );
-    let text = format!(
-        "{}\n[delay]\nmax-hold = \"2s\"\n",
-        config(&group, &topic, &route).replace("concurrency = 8", "concurrency = 200")
-    );
-    let cfg = scratch.write("worker.toml", &text);
-    let cfg = cfg.to_str().expect("utf-8 path");
-    let out = share_worker(&["setup", "--config", cfg], &[]).await;
-    assert_ok(&out, "setup");
+    let cfg = cfg.as_str();
     let bootstrap = bootstrap();
     let out = share_worker(
         &[

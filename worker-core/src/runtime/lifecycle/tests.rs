@@ -106,6 +106,17 @@ pub(super) fn arrive_later_from(
     from_delay: bool,
     r: Rules<'_, Ms>,
 ) -> (Life<Ms>, Step) {
+    arrive_later_in(wait, delivery, from_delay, from_delay, r)
+}
+
+/// [`arrive_later_from`], from the tier its wait calls for when `in_its_tier`.
+pub(super) fn arrive_later_in(
+    wait: Duration,
+    delivery: u16,
+    from_delay: bool,
+    in_its_tier: bool,
+    r: Rules<'_, Ms>,
+) -> (Life<Ms>, Step) {
     Life::arrive(
         Arrival {
             attempt: delivery,
@@ -115,7 +126,7 @@ pub(super) fn arrive_later_from(
             wait: Some(wait),
             not_before_text: Some("2026-12-24T18:00:00Z"),
             from_delay,
-            in_its_tier: from_delay,
+            in_its_tier,
         },
         r,
     )

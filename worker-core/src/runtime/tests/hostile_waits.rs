@@ -214,10 +214,7 @@ async fn forged_delay_headers_are_not_obeyed_and_land_in_the_route_s_dead_letter
 /// Writing back stays paced: the real job is written back a few times, not in a loop.
 #[tokio::test(start_paused = true)]
 async fn a_flood_of_far_delay_records_does_not_make_a_due_job_late() {
-    let broker = MemoryBroker::builder()
-        .lock_duration(Duration::from_secs(5))
-        .fetch_wait(Duration::from_millis(50))
-        .build();
+    let broker = flood_broker();
     let flood = 2_000;
     let record = |value: String, due: String| {
         ProducedRecord::new(value)
@@ -239,13 +236,7 @@ async fn a_flood_of_far_delay_records_does_not_make_a_due_job_late() {
     let due = Duration::from_secs(240);
     broker.produce_record("jobs.delay", record("real".into(), later(due)));
     let ran: Ran = Arc::default();
-    let start = Instant::now();
-    let worker = Worker::builder(broker.member("a"))
-        .route("jobs", handler(recording(ran.clone(), start)))
-        .delay(broker.clone())
-        .max_hold(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let worker = delaying_worker(&broker, recording(ran.clone(), Instant::now()));
     let r = ran.clone();
     run_until(
         worker,
@@ -275,10 +266,7 @@ async fn a_flood_of_far_delay_records_does_not_make_a_due_job_late() {
 /// behind the whole flood, each pass over it taking longer than `max_hold`, and ran minutes late.
 #[tokio::test(start_paused = true)]
 async fn a_flood_due_in_days_is_parked_apart_and_jobs_due_in_minutes_run_on_time() {
-    let broker = MemoryBroker::builder()
-        .lock_duration(Duration::from_secs(5))
-        .fetch_wait(Duration::from_millis(50))
-        .build();
+    let broker = flood_broker();
     let flood = 20_000;
     let far = later(Duration::from_secs(10 * 24 * 3_600));
     for i in 0..flood {
@@ -295,13 +283,7 @@ async fn a_flood_due_in_days_is_parked_apart_and_jobs_due_in_minutes_run_on_time
         );
     }
     let ran: Ran = Arc::default();
-    let start = Instant::now();
-    let worker = Worker::builder(broker.member("a"))
-        .route("jobs", handler(recording(ran.clone(), start)))
-        .delay(broker.clone())
-        .max_hold(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let worker = delaying_worker(&broker, recording(ran.clone(), Instant::now()));
     let r = ran.clone();
     run_until(
         worker,
@@ -379,21 +361,13 @@ async fn a_job_due_in_hours_comes_down_the_tiers_and_runs_when_due() {
     let (done, ran) = tokio::sync::oneshot::channel();
     let done = Arc::new(Mutex::new(Some(done)));
     let start = Instant::now();
-    let worker = Worker::builder(broker.member("a"))
-        .route(
-            "jobs",
-            handler(move |job: crate::Job| {
-                let value = job.payload().map(|p| p.to_vec()).unwrap_or_default();
-                if let Some(done) = done.lock().unwrap().take() {
-                    let _ = done.send((value, start.elapsed()));
-                }
-                std::future::ready(Outcome::Accept)
-            }),
-        )
-        .delay(broker.clone())
-        .max_hold(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let worker = delaying_worker(&broker, move |job: crate::Job| {
+        let value = job.payload().map(|p| p.to_vec()).unwrap_or_default();
+        if let Some(done) = done.lock().unwrap().take() {
+            let _ = done.send((value, start.elapsed()));
+        }
+        std::future::ready(Outcome::Accept)
+    });
     let shutdown = worker.shutdown_handle();
     let run = tokio::spawn(worker.run());
     let (value, at) = tokio::time::timeout(due + Duration::from_secs(600), ran)
@@ -420,4 +394,25 @@ async fn a_job_due_in_hours_comes_down_the_tiers_and_runs_when_due() {
         "{near} copies in the nearest tier"
     );
     assert_eq!(copies("jobs.delay.days"), 0);
+}
+
+/// A broker with 5 s locks that answers an empty fetch after 50 ms.
+fn flood_broker() -> MemoryBroker {
+    MemoryBroker::builder()
+        .lock_duration(Duration::from_secs(5))
+        .fetch_wait(Duration::from_millis(50))
+        .build()
+}
+
+/// A worker of route `jobs` with `broker`'s delay topics and a one-minute `max_hold`.
+fn delaying_worker(
+    broker: &MemoryBroker,
+    run: impl Fn(crate::Job) -> std::future::Ready<Outcome> + Clone + Send + 'static,
+) -> Worker<crate::testing::MemoryMember> {
+    Worker::builder(broker.member("a"))
+        .route("jobs", handler(run))
+        .delay(broker.clone())
+        .max_hold(Duration::from_secs(60))
+        .build()
+        .unwrap()
 }

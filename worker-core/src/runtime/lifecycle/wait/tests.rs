@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use super::super::tests::{
-    Ms, arrive_later, arrive_later_from, delaying, effects, facts, life, lost, policy, rules,
+    Ms, arrive_later, arrive_later_from, arrive_later_in, delaying, effects, facts, life, lost,
+    policy, rules,
 };
 use super::super::*;
 use crate::policy::Cause;
@@ -154,21 +155,7 @@ fn a_far_delay_record_is_held_for_max_hold_then_written_back_never_released() {
 #[test]
 fn a_delay_record_read_from_another_tier_moves_on_at_once_unless_it_is_due_within_max_hold() {
     let p = policy();
-    let from_other_tier = |wait| {
-        Life::arrive(
-            Arrival {
-                attempt: 1,
-                delivery_count: 1,
-                undecodable: None,
-                routed: true,
-                wait: Some(wait),
-                not_before_text: Some("2026-12-24T18:00:00Z"),
-                from_delay: true,
-                in_its_tier: false,
-            },
-            delaying(&p),
-        )
-    };
+    let from_other_tier = |wait| arrive_later_in(wait, 1, true, false, delaying(&p));
     // Not held for max_hold first, though there is room: it moves to its own tier now.
     let (l, s) = from_other_tier(Duration::from_secs(60));
     assert_eq!(l.phase, Phase::Moving(MoveReason::NotBefore));
